@@ -1,0 +1,1 @@
+"""shellward: a client for the shellward daemon."""

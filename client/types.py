@@ -1,0 +1,267 @@
+"""The vocabulary shared by the daemon and its clients.
+
+Every domain object is a frozen dataclass; the wire format (protobuf) is converted to and
+from these in exactly two places: ``shellwardd.server`` and ``shellward._wire``.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+from dataclasses import dataclass, field
+
+
+@functools.total_ordering
+class _Ordered(enum.Enum):
+    """An enum whose members are ordered by strictness, in declaration order."""
+
+    @property
+    def rank(self) -> int:
+        return list(type(self)).index(self)
+
+    def __lt__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return self.rank < other.rank  # type: ignore[attr-defined, no-any-return]
+
+
+class Idempotency(_Ordered):
+    """What running a command again does, from least to most dangerous."""
+
+    IDEMPOTENT = "idempotent"
+    CONDITIONAL = "conditional"
+    NON_IDEMPOTENT = "non_idempotent"
+
+
+class ReplayPolicy(_Ordered):
+    """What shellward may do when a call comes again, from most to least permissive."""
+
+    AUTO = "auto"
+    ASK = "ask"
+    NEVER = "never"
+
+
+class CallStatus(enum.Enum):
+    """The ledger state machine (see DESIGN.md, Ledger)."""
+
+    PLANNED = "planned"
+    PENDING_APPROVAL = "pending_approval"
+    APPROVED = "approved"
+    DENIED = "denied"
+    STARTED = "started"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    UNCERTAIN = "uncertain"
+
+    @property
+    def is_final(self) -> bool:
+        return self in _FINAL_STATUSES
+
+
+_FINAL_STATUSES = frozenset(
+    {CallStatus.DENIED, CallStatus.SUCCEEDED, CallStatus.FAILED, CallStatus.UNCERTAIN}
+)
+
+
+class ArgumentKind(enum.Enum):
+    """What one word of a simple command is, as far as side effects go."""
+
+    PROGRAM = "program"
+    SUBCOMMAND = "subcommand"
+    FLAG = "flag"
+    FILE_READ = "file_read"
+    FILE_WRITE = "file_write"
+    EXEC_HOOK = "exec_hook"
+    NETWORK = "network"
+    OPAQUE = "opaque"
+
+
+class EffectKind(enum.Enum):
+    CREATED = "created"
+    MODIFIED = "modified"
+    DELETED = "deleted"
+    RENAMED = "renamed"
+
+
+class Stream(enum.Enum):
+    STDOUT = "stdout"
+    STDERR = "stderr"
+
+
+class Code(enum.Enum):
+    """The outcome codes a model sees (DESIGN.md, Errors the model sees)."""
+
+    OK = "OK"
+    COMMAND_FAILED = "COMMAND_FAILED"
+    TIMEOUT = "TIMEOUT"
+    SIDE_EFFECT_UNCERTAIN = "SIDE_EFFECT_UNCERTAIN"
+    CONFLICT = "CONFLICT"
+    ALREADY_APPLIED = "ALREADY_APPLIED"
+    NEEDS_APPROVAL = "NEEDS_APPROVAL"
+    PERMISSION_DENIED = "PERMISSION_DENIED"
+    IDEMPOTENCY_KEY_MISMATCH = "IDEMPOTENCY_KEY_MISMATCH"
+    IN_PROGRESS = "IN_PROGRESS"
+    INVALID_ARGUMENT = "INVALID_ARGUMENT"
+    NOT_FOUND = "NOT_FOUND"
+    SANDBOX_ERROR = "SANDBOX_ERROR"
+    INTERRUPTED = "INTERRUPTED"
+    INTERNAL = "INTERNAL"
+
+
+@dataclass(frozen=True)
+class ArgumentFact:
+    """One word of a simple command and what it means for side effects."""
+
+    index: int
+    text: str
+    kind: ArgumentKind
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class CommandPart:
+    """One simple command found in a command string, with its own verdict."""
+
+    program: str
+    resolved_program: str
+    argv: tuple[str, ...]
+    span: tuple[int, int]
+    idempotency: Idempotency
+    replay_policy: ReplayPolicy
+    reason: str
+    rule_id: str = ""
+    needs_network: bool = False
+    needs_approval: bool = False
+    arguments: tuple[ArgumentFact, ...] = ()
+    # Where the part was found: "" at top level, else e.g. "bash -c", "$(...)", "find -exec".
+    context: str = ""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a command may do and what may happen when it comes again."""
+
+    idempotency: Idempotency
+    replay_policy: ReplayPolicy
+    reason: str
+    needs_network: bool = False
+    needs_approval: bool = False
+    parts: tuple[CommandPart, ...] = ()
+    # Index into ``parts`` of the part that decided the verdict, or None.
+    deciding_part: int | None = None
+
+
+@dataclass(frozen=True)
+class FileEffect:
+    """One file a call created, modified, deleted or renamed, with hashes before and after."""
+
+    path: str
+    kind: EffectKind
+    before_hash: str = ""
+    after_hash: str = ""
+    size: int = 0
+    renamed_from: str = ""
+    from_rescan: bool = False
+
+
+@dataclass(frozen=True)
+class CapturedOutput:
+    """One output stream of a call, capped; ``total_bytes`` counts what was produced."""
+
+    data: bytes = b""
+    total_bytes: int = 0
+    truncated: bool = False
+    sha256: str = ""
+
+    @property
+    def text(self) -> str:
+        return self.data.decode("utf-8", errors="replace")
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One recorded call: the ToolLedgerEntry of the design."""
+
+    call_id: str
+    run_id: str
+    step_id: str
+    tool_name: str
+    input_hash: str
+    status: CallStatus
+    idempotency: Idempotency
+    replay_policy: ReplayPolicy
+    command: str = ""
+    cwd: str = ""
+    workspace: str = ""
+    idempotency_key: str = ""
+    verdict: Verdict | None = None
+    file_effects: tuple[FileEffect, ...] = ()
+    network_granted: bool = False
+    exit_code: int | None = None
+    code: Code = Code.OK
+    content: str = ""
+    stdout: CapturedOutput = field(default_factory=CapturedOutput)
+    stderr: CapturedOutput = field(default_factory=CapturedOutput)
+    timeout_seconds: float = 0.0
+    created_at: float = 0.0
+    started_at: float | None = None
+    finished_at: float | None = None
+    unexpected_writes: bool = False
+    effects_from_rescan: bool = False
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """The structured answer to one RunCommand: what the model reads."""
+
+    ok: bool
+    code: Code
+    content: str
+    call_id: str
+    retryable: bool
+    idempotency: Idempotency
+    replay_policy: ReplayPolicy
+    status: CallStatus
+    exit_code: int | None = None
+    replayed: bool = False
+    stdout: CapturedOutput = field(default_factory=CapturedOutput)
+    stderr: CapturedOutput = field(default_factory=CapturedOutput)
+    verdict: Verdict | None = None
+    file_effects: tuple[FileEffect, ...] = ()
+    run_id: str = ""
+    step_id: str = ""
+    started_at: float | None = None
+    finished_at: float | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        """The shape agents hand to a model: ``{ok, code, content, metadata}``."""
+        return {
+            "ok": self.ok,
+            "code": self.code.value,
+            "content": self.content,
+            "exit_code": self.exit_code,
+            "stdout": self.stdout.text,
+            "stderr": self.stderr.text,
+            "metadata": {
+                "retryable": self.retryable,
+                "idempotency": self.idempotency.value,
+                "replay_policy": self.replay_policy.value,
+                "call_id": self.call_id,
+                "status": self.status.value,
+                "replayed": self.replayed,
+                "stdout_truncated": self.stdout.truncated,
+                "stderr_truncated": self.stderr.truncated,
+                "file_effects": [
+                    {"path": e.path, "kind": e.kind.value} for e in self.file_effects
+                ],
+            },
+        }
+
+
+@dataclass(frozen=True)
+class OutputChunk:
+    """A piece of a running command's output, streamed as it comes."""
+
+    stream: Stream
+    data: bytes

@@ -1,0 +1,1 @@
+"""shellwardd: the shellward daemon."""

@@ -1,0 +1,1 @@
+"""Built-in policy rule files (TOML), shipped with the daemon."""
