@@ -1,1 +1,70 @@
-"""shellward: a client for the shellward daemon."""
+"""shellward: the client of the shellward daemon (library and ``shellward`` CLI).
+
+>>> from shellward import Client
+>>> with Client() as client:
+...     result = client.run_command("ls", run_id="run-1", step_id="call-1")
+...     result.ok, result.code, result.content
+"""
+
+from shellward._client import Client, StreamEvent
+from shellward._exceptions import (
+    AuthenticationError,
+    DaemonUnavailable,
+    DeadlineExceeded,
+    InvalidRequest,
+    NotFound,
+    PermissionDenied,
+    ProtocolError,
+    ShellwardError,
+)
+from shellward.types import (
+    ArgumentFact,
+    ArgumentKind,
+    CallAccepted,
+    CallStatus,
+    CapturedOutput,
+    Code,
+    CommandPart,
+    CommandResult,
+    DaemonStatus,
+    EffectKind,
+    FileEffect,
+    Idempotency,
+    LedgerEntry,
+    OutputChunk,
+    ReplayPolicy,
+    Stream,
+    Verdict,
+    WorkspaceStatus,
+)
+
+__all__ = [
+    "ArgumentFact",
+    "ArgumentKind",
+    "AuthenticationError",
+    "CallAccepted",
+    "CallStatus",
+    "CapturedOutput",
+    "Client",
+    "Code",
+    "CommandPart",
+    "CommandResult",
+    "DaemonStatus",
+    "DaemonUnavailable",
+    "DeadlineExceeded",
+    "EffectKind",
+    "FileEffect",
+    "Idempotency",
+    "InvalidRequest",
+    "LedgerEntry",
+    "NotFound",
+    "OutputChunk",
+    "PermissionDenied",
+    "ProtocolError",
+    "ReplayPolicy",
+    "ShellwardError",
+    "Stream",
+    "StreamEvent",
+    "Verdict",
+    "WorkspaceStatus",
+]

@@ -252,9 +252,7 @@ class CommandResult:
                 "replayed": self.replayed,
                 "stdout_truncated": self.stdout.truncated,
                 "stderr_truncated": self.stderr.truncated,
-                "file_effects": [
-                    {"path": e.path, "kind": e.kind.value} for e in self.file_effects
-                ],
+                "file_effects": [{"path": e.path, "kind": e.kind.value} for e in self.file_effects],
             },
         }
 
@@ -265,3 +263,36 @@ class OutputChunk:
 
     stream: Stream
     data: bytes
+
+
+@dataclass(frozen=True)
+class CallAccepted:
+    """The first event of a streamed call: it is in the ledger under ``call_id``."""
+
+    call_id: str
+    verdict: Verdict
+
+
+@dataclass(frozen=True)
+class WorkspaceStatus:
+    root: str
+    state: str
+    files_done: int = 0
+    files_total: int = 0
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class DaemonStatus:
+    version: str
+    socket: str
+    state_dir: str
+    ledger_path: str
+    sandbox_enabled: bool
+    sandbox_detail: str
+    workspaces: tuple[str, ...]
+    running_calls: int
+    uptime_seconds: float
+    rule_sources: tuple[str, ...] = ()
+    tcp_address: str = ""
+    workspace_status: tuple[WorkspaceStatus, ...] = ()

@@ -1,0 +1,174 @@
+"""The synchronous client: one channel to one daemon, typed answers."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import TypeVar
+
+import grpc
+
+from shellward import _wire
+from shellward._exceptions import ProtocolError, translate
+from shellward._paths import default_socket_path
+from shellward.types import (
+    CallAccepted,
+    CommandResult,
+    DaemonStatus,
+    LedgerEntry,
+    OutputChunk,
+    Verdict,
+)
+from shellward.v1 import shellward_pb2 as pb
+from shellward.v1 import shellward_pb2_grpc as pb_grpc
+
+StreamEvent = CallAccepted | OutputChunk | CommandResult
+_T = TypeVar("_T")
+
+
+def resolve_target(socket: str | os.PathLike[str] | None, address: str | None) -> str:
+    """The gRPC target: a TCP ``address`` if given, else the Unix socket (flag, env, default)."""
+    if address:
+        return address
+    path = socket or os.environ.get("SHELLWARD_SOCKET") or default_socket_path()
+    return f"unix:{Path(path).expanduser().absolute()}"
+
+
+class Client:
+    """A connection to a shellward daemon.
+
+    ``Client()`` talks to the default Unix socket (or ``$SHELLWARD_SOCKET``);
+    ``Client(address="127.0.0.1:7433", token=...)`` to a TCP listener.
+    """
+
+    def __init__(
+        self,
+        socket: str | os.PathLike[str] | None = None,
+        *,
+        address: str | None = None,
+        token: str | None = None,
+        rpc_timeout: float | None = 30.0,
+    ) -> None:
+        self.target = resolve_target(socket, address)
+        self._channel = grpc.insecure_channel(self.target)
+        self._stub = pb_grpc.ShellwardStub(self._channel)
+        token = token if token is not None else os.environ.get("SHELLWARD_TOKEN")
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self._rpc_timeout = rpc_timeout
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _call(self, method: Callable[..., _T], request: object) -> _T:
+        try:
+            return method(request, timeout=self._rpc_timeout, metadata=self._metadata)
+        except grpc.RpcError as exc:
+            raise translate(exc, self.target) from exc
+
+    # --- commands --------------------------------------------------------------------
+
+    def stream_command(
+        self,
+        command: str,
+        *,
+        cwd: str | os.PathLike[str] | None = None,
+        run_id: str = "",
+        step_id: str = "",
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        network: bool = False,
+        rerun: bool = False,
+        rpc_timeout: float | None = None,
+    ) -> Iterator[StreamEvent]:
+        """Run a command and yield a CallAccepted, its OutputChunks, then the CommandResult.
+
+        ``timeout`` bounds the command (the daemon kills it); ``rpc_timeout`` bounds this
+        call only: when it passes the command keeps running and is recorded.
+        """
+        request = pb.RunCommandRequest(
+            command=command,
+            cwd=str(cwd) if cwd is not None else "",
+            env=dict(env or {}),
+            timeout_seconds=timeout or 0.0,
+            run_id=run_id,
+            step_id=step_id,
+            network=pb.NetworkRequest(allow=network),
+            rerun=rerun,
+        )
+        try:
+            for event in self._stub.RunCommand(
+                request, timeout=rpc_timeout, metadata=self._metadata
+            ):
+                kind = event.WhichOneof("event")
+                if kind == "accepted":
+                    yield CallAccepted(
+                        event.accepted.call_id, _wire.verdict_from_wire(event.accepted.verdict)
+                    )
+                elif kind == "output":
+                    yield _wire.chunk_from_wire(event.output)
+                elif kind == "result":
+                    yield _wire.result_from_wire(event.result)
+                    return
+        except grpc.RpcError as exc:
+            raise translate(exc, self.target) from exc
+        raise ProtocolError("the daemon closed the stream without a final result")
+
+    def run_command(
+        self,
+        command: str,
+        *,
+        on_output: Callable[[OutputChunk], None] | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+        run_id: str = "",
+        step_id: str = "",
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        network: bool = False,
+        rerun: bool = False,
+        rpc_timeout: float | None = None,
+    ) -> CommandResult:
+        """Run a command and return its structured result (see ``stream_command``)."""
+        for event in self.stream_command(
+            command, cwd=cwd, run_id=run_id, step_id=step_id, timeout=timeout, env=env,
+            network=network, rerun=rerun, rpc_timeout=rpc_timeout,
+        ):  # fmt: skip
+            if isinstance(event, CommandResult):
+                return event
+            if isinstance(event, OutputChunk) and on_output is not None:
+                on_output(event)
+        raise ProtocolError("the daemon closed the stream without a final result")
+
+    # --- queries ---------------------------------------------------------------------
+
+    def classify(self, command: str, *, cwd: str | os.PathLike[str] | None = None) -> Verdict:
+        request = pb.ClassifyRequest(command=command, cwd=str(cwd) if cwd is not None else "")
+        return _wire.verdict_from_wire(self._call(self._stub.Classify, request).verdict)
+
+    def get_call(self, call_id: str = "", *, run_id: str = "", step_id: str = "") -> LedgerEntry:
+        request = pb.GetCallRequest(call_id=call_id, run_id=run_id, step_id=step_id)
+        return _wire.entry_from_wire(self._call(self._stub.GetCall, request))
+
+    def list_calls(
+        self, *, run_id: str = "", limit: int = 50, omit_output: bool = False
+    ) -> list[LedgerEntry]:
+        request = pb.ListCallsRequest(run_id=run_id, limit=limit, omit_output=omit_output)
+        response = self._call(self._stub.ListCalls, request)
+        return [_wire.entry_from_wire(entry) for entry in response.calls]
+
+    def status(self) -> DaemonStatus:
+        return _wire.daemon_status_from_wire(
+            self._call(self._stub.GetStatus, pb.GetStatusRequest())
+        )

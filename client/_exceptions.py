@@ -1,0 +1,82 @@
+"""The client's exceptions. ``grpc.RpcError`` never reaches a user; it is translated here.
+
+    ShellwardError
+    ├── DaemonUnavailable      no daemon at the socket / address (start it: `make serve`)
+    ├── AuthenticationError    TCP without the right token
+    ├── InvalidRequest         the daemon refused the input (empty command, bad cwd, …)
+    ├── PermissionDenied       outside the daemon's workspaces
+    ├── NotFound               unknown call id
+    ├── DeadlineExceeded       the RPC deadline passed (a command keeps running: find it
+    │                          again with get_call)
+    └── ProtocolError          anything else the daemon answered
+
+RunCommand's outcomes (a failing command, a timeout, a refused replay) are not exceptions:
+they are a ``CommandResult`` with ``ok=False`` and a ``code``.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+
+class ShellwardError(Exception):
+    def __init__(self, message: str, *, status: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+
+class DaemonUnavailable(ShellwardError):
+    pass
+
+
+class AuthenticationError(ShellwardError):
+    pass
+
+
+class InvalidRequest(ShellwardError):
+    pass
+
+
+class PermissionDenied(ShellwardError):
+    pass
+
+
+class NotFound(ShellwardError):
+    pass
+
+
+class DeadlineExceeded(ShellwardError):
+    pass
+
+
+class ProtocolError(ShellwardError):
+    pass
+
+
+_BY_STATUS: dict[grpc.StatusCode, type[ShellwardError]] = {
+    grpc.StatusCode.UNAVAILABLE: DaemonUnavailable,
+    grpc.StatusCode.UNAUTHENTICATED: AuthenticationError,
+    grpc.StatusCode.INVALID_ARGUMENT: InvalidRequest,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
+    grpc.StatusCode.NOT_FOUND: NotFound,
+    grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceeded,
+}
+
+
+def translate(exc: grpc.RpcError, target: str) -> ShellwardError:
+    """Turn a gRPC error into the matching ShellwardError, with a message that helps."""
+    code = exc.code() if isinstance(exc, grpc.Call) else grpc.StatusCode.UNKNOWN
+    details = (exc.details() if isinstance(exc, grpc.Call) else "") or str(exc)
+    kind = _BY_STATUS.get(code, ProtocolError)
+    if kind is DaemonUnavailable:
+        details = (
+            f"no shellward daemon answers at {target} ({details}). Start one with "
+            "`make serve` or `shellwardd`, or point --socket / SHELLWARD_SOCKET at it."
+        )
+    elif kind is DeadlineExceeded:
+        details = (
+            f"the daemon did not answer in time ({details}). A command may still be running: "
+            "find it with `shellward ledger` or get_call(run_id=..., step_id=...)."
+        )
+    return kind(details, status=code.name)

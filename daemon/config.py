@@ -1,0 +1,296 @@
+"""The daemon's one configuration object, built from flags and ``SHELLWARD_*`` variables.
+
+Every flag has an environment twin (``--state-dir`` ↔ ``SHELLWARD_STATE_DIR``); a flag wins
+over its variable. ``load_config`` validates once; nothing else reads the environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from shellward._paths import default_socket_path, default_state_dir, default_user_rules
+from shellwardd.errors import ConfigError
+
+KIB = 1024
+MIB = 1024 * KIB
+GIB = 1024 * MIB
+
+MAX_COMMAND_BYTES = 64 * KIB
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits applied to every sandboxed process tree (0 = no limit)."""
+
+    cpu_seconds: int = 3600
+    address_space_bytes: int = 16 * GIB
+    max_processes: int = 4096
+    file_size_bytes: int = 8 * GIB
+
+
+@dataclass(frozen=True)
+class Config:
+    socket: Path
+    state_dir: Path
+    workspaces: tuple[Path, ...]
+    tcp: str | None = None
+    token: str | None = None
+    no_sandbox: bool = False
+    default_timeout: float = 600.0
+    max_timeout: float = 24 * 3600.0
+    output_cap_bytes: int = 1 * MIB
+    grace_period: float = 10.0
+    limits: Limits = field(default_factory=Limits)
+    user_rules: Path | None = None
+    trusted_repos: tuple[Path, ...] = ()
+    log_level: str = "info"
+
+    @property
+    def ledger_path(self) -> Path:
+        return self.state_dir / "ledger.sqlite3"
+
+    @property
+    def log_path(self) -> Path:
+        return self.state_dir / "daemon.log"
+
+
+@dataclass(frozen=True)
+class _Option:
+    flag: str
+    env: str
+    help: str
+    kind: type = str
+    repeatable: bool = False
+    switch: bool = False
+
+
+_OPTIONS = (
+    _Option(
+        "--socket",
+        "SHELLWARD_SOCKET",
+        f"Unix socket to listen on (default: {default_socket_path()}).",
+    ),
+    _Option(
+        "--state-dir",
+        "SHELLWARD_STATE_DIR",
+        f"Where the ledger and logs live (default: {default_state_dir()}).",
+    ),
+    _Option(
+        "--workspace",
+        "SHELLWARD_WORKSPACE",
+        "A root commands may run in; repeatable (the variable takes a ':'-separated list). "
+        "Default: the current directory.",
+        repeatable=True,
+    ),
+    _Option(
+        "--tcp",
+        "SHELLWARD_TCP",
+        "Also listen on HOST:PORT over TCP; requires --token. Off by default.",
+    ),
+    _Option(
+        "--token",
+        "SHELLWARD_TOKEN",
+        "Bearer token TCP clients must send in 'authorization' metadata.",
+    ),
+    _Option(
+        "--no-sandbox",
+        "SHELLWARD_NO_SANDBOX",
+        "Run commands WITHOUT bubblewrap: no isolation at all. Only for machines without bwrap.",
+        switch=True,
+    ),
+    _Option(
+        "--default-timeout",
+        "SHELLWARD_DEFAULT_TIMEOUT",
+        "Seconds a command may run when the request names no timeout (default 600).",
+        kind=float,
+    ),
+    _Option(
+        "--max-timeout",
+        "SHELLWARD_MAX_TIMEOUT",
+        "Largest timeout a request may ask for, in seconds (default 86400).",
+        kind=float,
+    ),
+    _Option(
+        "--output-cap",
+        "SHELLWARD_OUTPUT_CAP",
+        "Bytes of stdout and of stderr kept per call; the rest is counted (default 1048576).",
+        kind=int,
+    ),
+    _Option(
+        "--grace-period",
+        "SHELLWARD_GRACE_PERIOD",
+        "Seconds running calls get to finish at shutdown before they are killed (default 10).",
+        kind=float,
+    ),
+    _Option(
+        "--limit-cpu",
+        "SHELLWARD_LIMIT_CPU",
+        "CPU seconds per process (RLIMIT_CPU; 0 = none; default 3600).",
+        kind=int,
+    ),
+    _Option(
+        "--limit-memory",
+        "SHELLWARD_LIMIT_MEMORY",
+        "Address space bytes per process (RLIMIT_AS; 0 = none; default 16 GiB).",
+        kind=int,
+    ),
+    _Option(
+        "--limit-processes",
+        "SHELLWARD_LIMIT_PROCESSES",
+        "Processes per user (RLIMIT_NPROC; 0 = none; default 4096; root is exempt).",
+        kind=int,
+    ),
+    _Option(
+        "--limit-file-size",
+        "SHELLWARD_LIMIT_FILE_SIZE",
+        "Largest file a command may write, in bytes (RLIMIT_FSIZE; 0 = none; default 8 GiB).",
+        kind=int,
+    ),
+    _Option(
+        "--user-rules",
+        "SHELLWARD_USER_RULES",
+        f"The user's rule file (default: {default_user_rules()}, if it exists).",
+    ),
+    _Option(
+        "--trusted-repo",
+        "SHELLWARD_TRUSTED_REPO",
+        "A repository whose .shellward/rules.toml may loosen verdicts; repeatable.",
+        repeatable=True,
+    ),
+    _Option("--log-level", "SHELLWARD_LOG_LEVEL", "debug, info, warning or error (default info)."),
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="shellwardd",
+        description="The shellward daemon: runs agents' shell commands in a bubblewrap sandbox "
+        "and records every call in a durable ledger. Each flag has a SHELLWARD_* twin.",
+    )
+    for option in _OPTIONS:
+        help_text = f"{option.help} [env: {option.env}]"
+        dest = option.flag.lstrip("-").replace("-", "_")
+        if option.switch:
+            parser.add_argument(
+                option.flag, dest=dest, action="store_true", default=None, help=help_text
+            )
+        elif option.repeatable:
+            parser.add_argument(
+                option.flag, dest=dest, action="append", metavar="PATH", help=help_text
+            )
+        else:
+            parser.add_argument(option.flag, dest=dest, type=option.kind, help=help_text)
+    return parser
+
+
+def _from_env(option: _Option, env: Mapping[str, str]) -> object:
+    raw = env.get(option.env)
+    if raw is None or raw == "":
+        return None
+    if option.switch:
+        return raw.lower() in ("1", "true", "yes", "on")
+    if option.repeatable:
+        return [part for part in raw.split(":") if part]
+    try:
+        return option.kind(raw)
+    except ValueError:
+        raise ConfigError(
+            f"{option.env}={raw!r} is not a valid {option.kind.__name__}; fix or unset it"
+        ) from None
+
+
+def load_config(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> Config:
+    """Parse flags, fall back to environment twins, then to defaults; validate."""
+    env = os.environ if env is None else env
+    args = vars(build_parser().parse_args(argv))
+    values: dict[str, object] = {}
+    for option in _OPTIONS:
+        dest = option.flag.lstrip("-").replace("-", "_")
+        value = args.get(dest)
+        values[dest] = value if value is not None else _from_env(option, env)
+    return _validate(values)
+
+
+def _positive(values: dict[str, object], key: str, default: float) -> float:
+    value = values.get(key)
+    if value is None:
+        return default
+    number = float(value)  # type: ignore[arg-type]
+    if number <= 0:
+        raise ConfigError(f"--{key.replace('_', '-')} must be positive, got {value}")
+    return number
+
+
+def _limit(values: dict[str, object], key: str, default: int) -> int:
+    value = values.get(key)
+    if value is None:
+        return default
+    if int(value) < 0:  # type: ignore[call-overload]
+        raise ConfigError(
+            f"--{key.replace('_', '-')} must be 0 (no limit) or positive, got {value}"
+        )
+    return int(value)  # type: ignore[call-overload]
+
+
+def _validate(values: dict[str, object]) -> Config:
+    workspaces = []
+    for raw in values.get("workspace") or [os.getcwd()]:  # type: ignore[attr-defined]
+        path = Path(raw).expanduser()
+        if not path.is_dir():
+            raise ConfigError(
+                f"workspace {raw!r} is not a directory; create it or pass another --workspace"
+            )
+        workspaces.append(path.resolve())
+
+    tcp = values.get("tcp")
+    token = values.get("token")
+    if tcp and not token:
+        raise ConfigError(
+            "--tcp needs --token (or SHELLWARD_TOKEN): TCP is never served unauthenticated"
+        )
+    if tcp:
+        host, _, port = str(tcp).rpartition(":")
+        if not host or not port.isdigit():
+            raise ConfigError(f"--tcp {tcp!r} is not HOST:PORT (e.g. 127.0.0.1:7433)")
+
+    log_level = str(values.get("log_level") or "info").lower()
+    if log_level not in ("debug", "info", "warning", "error"):
+        raise ConfigError(f"--log-level {log_level!r}: use debug, info, warning or error")
+
+    default_timeout = _positive(values, "default_timeout", 600.0)
+    max_timeout = _positive(values, "max_timeout", 24 * 3600.0)
+    if default_timeout > max_timeout:
+        raise ConfigError("--default-timeout is larger than --max-timeout")
+
+    user_rules = values.get("user_rules")
+    if user_rules is None and default_user_rules().is_file():
+        user_rules = default_user_rules()
+
+    defaults = Limits()
+    return Config(
+        socket=Path(str(values.get("socket") or default_socket_path())).expanduser().absolute(),
+        state_dir=Path(str(values.get("state_dir") or default_state_dir())).expanduser().absolute(),
+        workspaces=tuple(workspaces),
+        tcp=str(tcp) if tcp else None,
+        token=str(token) if token else None,
+        no_sandbox=bool(values.get("no_sandbox")),
+        default_timeout=default_timeout,
+        max_timeout=max_timeout,
+        output_cap_bytes=int(_positive(values, "output_cap", float(MIB))),
+        grace_period=_positive(values, "grace_period", 10.0),
+        limits=Limits(
+            cpu_seconds=_limit(values, "limit_cpu", defaults.cpu_seconds),
+            address_space_bytes=_limit(values, "limit_memory", defaults.address_space_bytes),
+            max_processes=_limit(values, "limit_processes", defaults.max_processes),
+            file_size_bytes=_limit(values, "limit_file_size", defaults.file_size_bytes),
+        ),
+        user_rules=Path(str(user_rules)).expanduser() if user_rules else None,
+        trusted_repos=tuple(
+            Path(p).expanduser().resolve() for p in values.get("trusted_repo") or ()
+        ),  # type: ignore[attr-defined]
+        log_level=log_level,
+    )

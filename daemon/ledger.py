@@ -1,0 +1,421 @@
+"""The durable ledger: one SQLite database, WAL, ``synchronous=FULL``.
+
+Every state change is its own committed transaction, so ``planned`` and ``started`` are on
+disk before the process is spawned (DESIGN.md, Ledger). Each change is also appended to
+``transitions``, the call's history. One connection, guarded by a lock: the daemon's
+writes are few and small, and a single writer keeps ordering simple.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from shellward.types import (
+    ArgumentFact,
+    ArgumentKind,
+    CallStatus,
+    CapturedOutput,
+    Code,
+    CommandPart,
+    EffectKind,
+    FileEffect,
+    Idempotency,
+    LedgerEntry,
+    ReplayPolicy,
+    Verdict,
+)
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS calls (
+    call_id TEXT PRIMARY KEY,
+    run_id TEXT NOT NULL,
+    step_id TEXT NOT NULL,
+    tool_name TEXT NOT NULL,
+    input_hash TEXT NOT NULL,
+    status TEXT NOT NULL,
+    idempotency TEXT NOT NULL,
+    replay_policy TEXT NOT NULL,
+    idempotency_key TEXT NOT NULL DEFAULT '',
+    command TEXT NOT NULL DEFAULT '',
+    cwd TEXT NOT NULL DEFAULT '',
+    workspace TEXT NOT NULL DEFAULT '',
+    verdict TEXT,
+    file_effects TEXT NOT NULL DEFAULT '[]',
+    network_granted INTEGER NOT NULL DEFAULT 0,
+    exit_code INTEGER,
+    code TEXT NOT NULL DEFAULT 'OK',
+    content TEXT NOT NULL DEFAULT '',
+    stdout BLOB NOT NULL DEFAULT x'',
+    stdout_total INTEGER NOT NULL DEFAULT 0,
+    stdout_truncated INTEGER NOT NULL DEFAULT 0,
+    stdout_sha256 TEXT NOT NULL DEFAULT '',
+    stderr BLOB NOT NULL DEFAULT x'',
+    stderr_total INTEGER NOT NULL DEFAULT 0,
+    stderr_truncated INTEGER NOT NULL DEFAULT 0,
+    stderr_sha256 TEXT NOT NULL DEFAULT '',
+    timeout_seconds REAL NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL,
+    started_at REAL,
+    finished_at REAL,
+    unexpected_writes INTEGER NOT NULL DEFAULT 0,
+    effects_from_rescan INTEGER NOT NULL DEFAULT 0,
+    note TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS calls_identity ON calls (run_id, step_id, created_at);
+CREATE INDEX IF NOT EXISTS calls_created ON calls (created_at);
+CREATE TABLE IF NOT EXISTS transitions (
+    call_id TEXT NOT NULL REFERENCES calls (call_id),
+    at REAL NOT NULL,
+    status TEXT NOT NULL,
+    detail TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS transitions_call ON transitions (call_id, at);
+"""
+
+# Columns written when a call reaches a final state.
+_FINAL_COLUMNS = (
+    "status", "exit_code", "code", "content", "file_effects", "finished_at",
+    "stdout", "stdout_total", "stdout_truncated", "stdout_sha256",
+    "stderr", "stderr_total", "stderr_truncated", "stderr_sha256",
+    "unexpected_writes", "effects_from_rescan", "note", "replay_policy",
+)  # fmt: skip
+
+
+class LedgerError(Exception):
+    """The ledger cannot be opened or written; the message names the file."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Transition:
+    at: float
+    status: CallStatus
+    detail: str
+
+
+class Ledger:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.execute("PRAGMA busy_timeout=5000")
+            self._db.executescript(_SCHEMA)
+            self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        except (sqlite3.Error, OSError) as exc:
+            raise LedgerError(f"cannot open the ledger at {path}: {exc}") from exc
+        self._db.row_factory = sqlite3.Row
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    # --- writes ------------------------------------------------------------------
+
+    def record(self, entry: LedgerEntry, detail: str = "") -> None:
+        """Insert a new call in whatever state it starts in (planned, or failed before start)."""
+        row = _entry_to_row(entry)
+        columns = ", ".join(row)
+        marks = ", ".join("?" for _ in row)
+        with self._transaction() as db:
+            db.execute(f"INSERT INTO calls ({columns}) VALUES ({marks})", tuple(row.values()))
+            db.execute(
+                "INSERT INTO transitions (call_id, at, status, detail) VALUES (?, ?, ?, ?)",
+                (entry.call_id, entry.created_at, entry.status.value, detail),
+            )
+
+    def mark_started(self, call_id: str, started_at: float) -> None:
+        """Durably record that the side effect may begin. Call before spawning."""
+        with self._transaction() as db:
+            updated = db.execute(
+                "UPDATE calls SET status = ?, started_at = ?"
+                " WHERE call_id = ? AND status IN (?, ?)",
+                (
+                    CallStatus.STARTED.value,
+                    started_at,
+                    call_id,
+                    CallStatus.PLANNED.value,
+                    CallStatus.APPROVED.value,
+                ),
+            ).rowcount
+            if updated != 1:
+                raise LedgerError(f"call {call_id} cannot start: it is not planned or approved")
+            db.execute(
+                "INSERT INTO transitions (call_id, at, status, detail) VALUES (?, ?, ?, '')",
+                (call_id, started_at, CallStatus.STARTED.value),
+            )
+
+    def finish(self, entry: LedgerEntry, detail: str = "") -> None:
+        """Write a call's final state and outcome (status must be final)."""
+        if not entry.status.is_final:
+            raise ValueError(f"finish() needs a final status, got {entry.status.value}")
+        row = _entry_to_row(entry)
+        assignments = ", ".join(f"{column} = ?" for column in _FINAL_COLUMNS)
+        with self._transaction() as db:
+            db.execute(
+                f"UPDATE calls SET {assignments} WHERE call_id = ?",
+                (*(row[column] for column in _FINAL_COLUMNS), entry.call_id),
+            )
+            db.execute(
+                "INSERT INTO transitions (call_id, at, status, detail) VALUES (?, ?, ?, ?)",
+                (entry.call_id, entry.finished_at or time.time(), entry.status.value, detail),
+            )
+
+    def recover_interrupted(self, note: str) -> list[str]:
+        """At start-up: calls a previous daemon left running become ``uncertain``.
+
+        Planned or approved calls never started, so nothing ran: they become ``failed``.
+        Returns the call ids made uncertain.
+        """
+        now = time.time()
+        with self._transaction() as db:
+            started = [
+                row[0]
+                for row in db.execute(
+                    "SELECT call_id FROM calls WHERE status = ?", (CallStatus.STARTED.value,)
+                )
+            ]
+            for call_id in started:
+                db.execute(
+                    "UPDATE calls SET status = ?, code = ?, content = ?, note = ?, finished_at = ?"
+                    " WHERE call_id = ?",
+                    (
+                        CallStatus.UNCERTAIN.value,
+                        Code.SIDE_EFFECT_UNCERTAIN.value,
+                        "The daemon stopped while this command was running; it may have "
+                        "partly or fully run. Check its effects before running it again.",
+                        note,
+                        now,
+                        call_id,
+                    ),
+                )
+                db.execute(
+                    "INSERT INTO transitions (call_id, at, status, detail) VALUES (?, ?, ?, ?)",
+                    (call_id, now, CallStatus.UNCERTAIN.value, note),
+                )
+            never_started = [
+                row[0]
+                for row in db.execute(
+                    "SELECT call_id FROM calls WHERE status IN (?, ?)",
+                    (CallStatus.PLANNED.value, CallStatus.APPROVED.value),
+                )
+            ]
+            for call_id in never_started:
+                db.execute(
+                    "UPDATE calls SET status = ?, code = ?, content = ?, note = ?, finished_at = ?"
+                    " WHERE call_id = ?",
+                    (
+                        CallStatus.FAILED.value,
+                        Code.INTERRUPTED.value,
+                        "The daemon stopped before this command started; nothing ran. "
+                        "It is safe to run it again.",
+                        note,
+                        now,
+                        call_id,
+                    ),
+                )
+                db.execute(
+                    "INSERT INTO transitions (call_id, at, status, detail) VALUES (?, ?, ?, ?)",
+                    (call_id, now, CallStatus.FAILED.value, note),
+                )
+        return started
+
+    # --- reads -------------------------------------------------------------------
+
+    def get(self, call_id: str) -> LedgerEntry | None:
+        with self._lock:
+            row = self._db.execute("SELECT * FROM calls WHERE call_id = ?", (call_id,)).fetchone()
+        return _entry_from_row(row) if row else None
+
+    def latest_for_step(self, run_id: str, step_id: str) -> LedgerEntry | None:
+        """The newest attempt of a (run_id, step_id) identity."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT * FROM calls WHERE run_id = ? AND step_id = ?"
+                " ORDER BY created_at DESC, rowid DESC LIMIT 1",
+                (run_id, step_id),
+            ).fetchone()
+        return _entry_from_row(row) if row else None
+
+    def list(self, *, run_id: str = "", limit: int = 50) -> list[LedgerEntry]:
+        """Newest first."""
+        query = "SELECT * FROM calls"
+        params: tuple[Any, ...] = ()
+        if run_id:
+            query += " WHERE run_id = ?"
+            params = (run_id,)
+        query += " ORDER BY created_at DESC, rowid DESC LIMIT ?"
+        with self._lock:
+            rows = self._db.execute(query, (*params, limit)).fetchall()
+        return [_entry_from_row(row) for row in rows]
+
+    def transitions(self, call_id: str) -> list[Transition]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT at, status, detail FROM transitions WHERE call_id = ? ORDER BY at, rowid",
+                (call_id,),
+            ).fetchall()
+        return [Transition(row[0], CallStatus(row[1]), row[2]) for row in rows]
+
+
+# --- row codec -----------------------------------------------------------------
+
+
+def _entry_to_row(entry: LedgerEntry) -> dict[str, Any]:
+    return {
+        "call_id": entry.call_id,
+        "run_id": entry.run_id,
+        "step_id": entry.step_id,
+        "tool_name": entry.tool_name,
+        "input_hash": entry.input_hash,
+        "status": entry.status.value,
+        "idempotency": entry.idempotency.value,
+        "replay_policy": entry.replay_policy.value,
+        "idempotency_key": entry.idempotency_key,
+        "command": entry.command,
+        "cwd": entry.cwd,
+        "workspace": entry.workspace,
+        "verdict": json.dumps(_verdict_to_json(entry.verdict)) if entry.verdict else None,
+        "file_effects": json.dumps([_effect_to_json(e) for e in entry.file_effects]),
+        "network_granted": int(entry.network_granted),
+        "exit_code": entry.exit_code,
+        "code": entry.code.value,
+        "content": entry.content,
+        "stdout": entry.stdout.data,
+        "stdout_total": entry.stdout.total_bytes,
+        "stdout_truncated": int(entry.stdout.truncated),
+        "stdout_sha256": entry.stdout.sha256,
+        "stderr": entry.stderr.data,
+        "stderr_total": entry.stderr.total_bytes,
+        "stderr_truncated": int(entry.stderr.truncated),
+        "stderr_sha256": entry.stderr.sha256,
+        "timeout_seconds": entry.timeout_seconds,
+        "created_at": entry.created_at,
+        "started_at": entry.started_at,
+        "finished_at": entry.finished_at,
+        "unexpected_writes": int(entry.unexpected_writes),
+        "effects_from_rescan": int(entry.effects_from_rescan),
+        "note": entry.note,
+    }
+
+
+def _entry_from_row(row: sqlite3.Row) -> LedgerEntry:
+    return LedgerEntry(
+        call_id=row["call_id"],
+        run_id=row["run_id"],
+        step_id=row["step_id"],
+        tool_name=row["tool_name"],
+        input_hash=row["input_hash"],
+        status=CallStatus(row["status"]),
+        idempotency=Idempotency(row["idempotency"]),
+        replay_policy=ReplayPolicy(row["replay_policy"]),
+        command=row["command"],
+        cwd=row["cwd"],
+        workspace=row["workspace"],
+        idempotency_key=row["idempotency_key"],
+        verdict=_verdict_from_json(json.loads(row["verdict"])) if row["verdict"] else None,
+        file_effects=tuple(_effect_from_json(e) for e in json.loads(row["file_effects"])),
+        network_granted=bool(row["network_granted"]),
+        exit_code=row["exit_code"],
+        code=Code(row["code"]),
+        content=row["content"],
+        stdout=CapturedOutput(
+            bytes(row["stdout"]),
+            row["stdout_total"],
+            bool(row["stdout_truncated"]),
+            row["stdout_sha256"],
+        ),
+        stderr=CapturedOutput(
+            bytes(row["stderr"]),
+            row["stderr_total"],
+            bool(row["stderr_truncated"]),
+            row["stderr_sha256"],
+        ),
+        timeout_seconds=row["timeout_seconds"],
+        created_at=row["created_at"],
+        started_at=row["started_at"],
+        finished_at=row["finished_at"],
+        unexpected_writes=bool(row["unexpected_writes"]),
+        effects_from_rescan=bool(row["effects_from_rescan"]),
+        note=row["note"],
+    )
+
+
+def _effect_to_json(effect: FileEffect) -> dict[str, Any]:
+    return {**dataclasses.asdict(effect), "kind": effect.kind.value}
+
+
+def _effect_from_json(data: dict[str, Any]) -> FileEffect:
+    return FileEffect(**{**data, "kind": EffectKind(data["kind"])})
+
+
+def _verdict_to_json(verdict: Verdict) -> dict[str, Any]:
+    return {
+        "idempotency": verdict.idempotency.value,
+        "replay_policy": verdict.replay_policy.value,
+        "reason": verdict.reason,
+        "needs_network": verdict.needs_network,
+        "needs_approval": verdict.needs_approval,
+        "deciding_part": verdict.deciding_part,
+        "parts": [
+            {
+                **dataclasses.asdict(part),
+                "idempotency": part.idempotency.value,
+                "replay_policy": part.replay_policy.value,
+                "arguments": [
+                    {**dataclasses.asdict(fact), "kind": fact.kind.value} for fact in part.arguments
+                ],
+            }
+            for part in verdict.parts
+        ],
+    }
+
+
+def _verdict_from_json(data: dict[str, Any]) -> Verdict:
+    return Verdict(
+        idempotency=Idempotency(data["idempotency"]),
+        replay_policy=ReplayPolicy(data["replay_policy"]),
+        reason=data["reason"],
+        needs_network=data["needs_network"],
+        needs_approval=data["needs_approval"],
+        deciding_part=data["deciding_part"],
+        parts=tuple(
+            CommandPart(
+                **{
+                    **part,
+                    "argv": tuple(part["argv"]),
+                    "span": tuple(part["span"]),
+                    "idempotency": Idempotency(part["idempotency"]),
+                    "replay_policy": ReplayPolicy(part["replay_policy"]),
+                    "arguments": tuple(
+                        ArgumentFact(**{**fact, "kind": ArgumentKind(fact["kind"])})
+                        for fact in part["arguments"]
+                    ),
+                }
+            )
+            for part in data["parts"]
+        ),
+    )

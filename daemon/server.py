@@ -1,0 +1,298 @@
+"""The gRPC edge: decode a request, call the runtime, encode the answer. Nothing else.
+
+Also serves the standard health service and server reflection. The Unix socket is
+trusted (mode 0600); a TCP listener, when asked for, requires a bearer token.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import os
+import queue
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from shellward import _wire
+from shellward.types import Code, CommandResult, OutputChunk, Verdict
+from shellward.v1 import shellward_pb2 as pb
+from shellward.v1 import shellward_pb2_grpc as pb_grpc
+from shellwardd.config import Config, Limits
+from shellwardd.errors import ShellwardError
+from shellwardd.runtime import CommandRequest, Runtime
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Shellward"].full_name
+MAX_WORKERS = 64
+
+# The one table from domain codes to gRPC status codes (for the unary RPCs; RunCommand
+# answers every outcome in-band as a CommandResult).
+_STATUS = {
+    Code.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
+    Code.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
+    Code.PERMISSION_DENIED: grpc.StatusCode.PERMISSION_DENIED,
+    Code.SANDBOX_ERROR: grpc.StatusCode.FAILED_PRECONDITION,
+    Code.IN_PROGRESS: grpc.StatusCode.ABORTED,
+    Code.IDEMPOTENCY_KEY_MISMATCH: grpc.StatusCode.ALREADY_EXISTS,
+}
+
+
+@dataclass(frozen=True)
+class DaemonInfo:
+    """The static part of GetStatus, assembled once at start-up."""
+
+    version: str
+    config: Config
+    sandbox_enabled: bool
+    sandbox_detail: str
+    rule_sources: tuple[str, ...]
+    started_at: float
+
+
+class ShellwardServicer(pb_grpc.ShellwardServicer):
+    def __init__(self, runtime: Runtime, info: DaemonInfo) -> None:
+        self._runtime = runtime
+        self._info = info
+
+    def RunCommand(
+        self, request: pb.RunCommandRequest, context: grpc.ServicerContext
+    ) -> Iterator[pb.RunCommandEvent]:
+        events: queue.Queue[object] = queue.Queue()
+        closed = object()
+        # When the client goes away the call keeps running on its own thread and is
+        # recorded; only the streaming stops.
+        context.add_callback(lambda: events.put(closed))
+        listener = _QueueListener(events)
+        command = _command_request(request)
+        worker = threading.Thread(
+            target=lambda: events.put(self._runtime.run_command(command, listener)),
+            name="call",
+            daemon=True,
+        )
+        worker.start()
+        while True:
+            event = events.get()
+            if event is closed:
+                return
+            if isinstance(event, CommandResult):
+                yield pb.RunCommandEvent(result=_wire.result_to_wire(event))
+                return
+            if isinstance(event, OutputChunk):
+                yield pb.RunCommandEvent(output=_wire.chunk_to_wire(event))
+            else:
+                call_id, verdict = event  # type: ignore[misc]
+                yield pb.RunCommandEvent(
+                    accepted=pb.CallAccepted(
+                        call_id=call_id, verdict=_wire.verdict_to_wire(verdict)
+                    )
+                )
+
+    def Classify(
+        self, request: pb.ClassifyRequest, context: grpc.ServicerContext
+    ) -> pb.ClassifyResponse:
+        verdict = _unary(context, lambda: self._runtime.classify(request.command, request.cwd))
+        return pb.ClassifyResponse(verdict=_wire.verdict_to_wire(verdict))
+
+    def GetCall(self, request: pb.GetCallRequest, context: grpc.ServicerContext) -> pb.LedgerEntry:
+        entry = _unary(
+            context,
+            lambda: self._runtime.get_call(request.call_id, request.run_id, request.step_id),
+        )
+        return _wire.entry_to_wire(entry)
+
+    def ListCalls(
+        self, request: pb.ListCallsRequest, context: grpc.ServicerContext
+    ) -> pb.ListCallsResponse:
+        entries = _unary(context, lambda: self._runtime.list_calls(request.run_id, request.limit))
+        return pb.ListCallsResponse(
+            calls=[_wire.entry_to_wire(e, omit_output=request.omit_output) for e in entries]
+        )
+
+    def GetStatus(
+        self, request: pb.GetStatusRequest, context: grpc.ServicerContext
+    ) -> pb.StatusResponse:
+        info = self._info
+        return pb.StatusResponse(
+            version=info.version,
+            socket=str(info.config.socket),
+            state_dir=str(info.config.state_dir),
+            ledger_path=str(info.config.ledger_path),
+            sandbox_enabled=info.sandbox_enabled,
+            sandbox_detail=info.sandbox_detail,
+            workspaces=[str(w) for w in info.config.workspaces],
+            running_calls=self._runtime.running_count,
+            uptime_seconds=time.time() - info.started_at,
+            rule_sources=list(info.rule_sources),
+            tcp_address=info.config.tcp or "",
+        )
+
+
+class _QueueListener:
+    def __init__(self, events: queue.Queue[object]) -> None:
+        self._events = events
+
+    def accepted(self, call_id: str, verdict: Verdict) -> None:
+        self._events.put((call_id, verdict))
+
+    def output(self, chunk: OutputChunk) -> None:
+        self._events.put(chunk)
+
+
+def _unary(context: grpc.ServicerContext, action: Callable[[], Any]) -> Any:
+    try:
+        return action()
+    except ShellwardError as exc:
+        context.abort(_STATUS.get(exc.code, grpc.StatusCode.INTERNAL), exc.message)
+
+
+def _command_request(request: pb.RunCommandRequest) -> CommandRequest:
+    limits = None
+    if request.HasField("limits"):
+        wire = request.limits
+        defaults = Limits()
+        limits = Limits(
+            cpu_seconds=wire.cpu_seconds or defaults.cpu_seconds,
+            address_space_bytes=wire.address_space_bytes or defaults.address_space_bytes,
+            max_processes=wire.max_processes or defaults.max_processes,
+            file_size_bytes=wire.file_size_bytes or defaults.file_size_bytes,
+        )
+    return CommandRequest(
+        command=request.command,
+        cwd=request.cwd,
+        env=dict(request.env),
+        timeout_seconds=request.timeout_seconds,
+        run_id=request.run_id,
+        step_id=request.step_id,
+        network=request.network.allow,
+        rerun=request.rerun,
+        limits=limits,
+    )
+
+
+class _TokenInterceptor(grpc.ServerInterceptor):
+    """TCP only: every RPC but the health check needs ``authorization: Bearer <token>``."""
+
+    def __init__(self, token: str) -> None:
+        self._accepted = {f"Bearer {token}".encode(), token.encode()}
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler | None:
+        handler = continuation(details)
+        if handler is None or details.method.startswith("/grpc.health.v1.Health/"):
+            return handler
+        sent = dict(details.invocation_metadata).get("authorization", "")  # type: ignore[arg-type]
+        sent_bytes = sent.encode() if isinstance(sent, str) else sent
+        if any(hmac.compare_digest(sent_bytes, token) for token in self._accepted):
+            return handler
+        return _deny_handler(handler)
+
+
+def _deny_handler(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    def deny(request: object, context: grpc.ServicerContext) -> None:
+        context.abort(
+            grpc.StatusCode.UNAUTHENTICATED,
+            "missing or wrong token: send 'authorization: Bearer <token>' metadata "
+            "(the daemon's --token / SHELLWARD_TOKEN)",
+        )
+
+    kwargs = {
+        "request_deserializer": handler.request_deserializer,
+        "response_serializer": handler.response_serializer,
+    }
+    if handler.request_streaming and handler.response_streaming:
+        return grpc.stream_stream_rpc_method_handler(deny, **kwargs)  # type: ignore[arg-type]
+    if handler.request_streaming:
+        return grpc.stream_unary_rpc_method_handler(deny, **kwargs)  # type: ignore[arg-type]
+    if handler.response_streaming:
+        return grpc.unary_stream_rpc_method_handler(deny, **kwargs)  # type: ignore[arg-type]
+    return grpc.unary_unary_rpc_method_handler(deny, **kwargs)  # type: ignore[arg-type]
+
+
+class Listeners:
+    """The daemon's gRPC servers: one on the Unix socket, one on TCP when configured."""
+
+    def __init__(self, runtime: Runtime, info: DaemonInfo) -> None:
+        config = info.config
+        self._socket = config.socket
+        self._health = health.HealthServicer()
+        servicer = ShellwardServicer(runtime, info)
+        self.servers: list[grpc.Server] = [self._make(servicer, ())]
+        self.tcp_port: int | None = None
+        _prepare_socket(config.socket)
+        # No window in which the socket is reachable by others: create it private.
+        previous_umask = os.umask(0o077)
+        try:
+            self.servers[0].add_insecure_port(f"unix:{config.socket}")
+        finally:
+            os.umask(previous_umask)
+        if config.tcp:
+            assert config.token is not None  # load_config guarantees it
+            tcp = self._make(servicer, (_TokenInterceptor(config.token),))
+            self.tcp_port = tcp.add_insecure_port(config.tcp)
+            if self.tcp_port == 0:
+                raise ShellwardError(f"cannot listen on TCP {config.tcp}: address in use?")
+            self.servers.append(tcp)
+
+    def _make(
+        self, servicer: ShellwardServicer, interceptors: tuple[grpc.ServerInterceptor, ...]
+    ) -> grpc.Server:
+        server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=MAX_WORKERS, thread_name_prefix="rpc"),
+            interceptors=interceptors,
+        )
+        pb_grpc.add_ShellwardServicer_to_server(servicer, server)
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        reflection.enable_server_reflection(
+            (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+        )
+        return server
+
+    def start(self) -> None:
+        previous_umask = os.umask(0o077)
+        try:
+            for server in self.servers:
+                server.start()
+        finally:
+            os.umask(previous_umask)
+        os.chmod(self._socket, 0o600)
+        for name in ("", SERVICE_NAME):
+            self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
+
+    def stop(self, grace: float) -> list[threading.Event]:
+        """Stop taking new RPCs; in-flight ones get ``grace`` seconds. Returns done events."""
+        self._health.enter_graceful_shutdown()
+        return [server.stop(grace) for server in self.servers]
+
+    def remove_socket(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self._socket.unlink()
+
+
+def _prepare_socket(path: Path) -> None:
+    """Create the socket's private directory; refuse to steal a live daemon's socket."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if not path.exists():
+        return
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(str(path))
+    except OSError:
+        path.unlink()  # left behind by a daemon that died: safe to replace
+    else:
+        raise ShellwardError(
+            f"another daemon is already listening on {path}; stop it, or pass --socket"
+        )
+    finally:
+        probe.close()
