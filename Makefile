@@ -1,0 +1,57 @@
+# shellward: `make serve` starts the daemon, `make test` runs the whole suite.
+# Both install what is missing first: a virtualenv with the project, and bubblewrap.
+
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-stamp
+SERVE_ARGS ?=
+
+.PHONY: serve test proto bench lint system-deps install clean
+
+## serve: install what is missing, then run the daemon on its defaults (Ctrl-C stops it)
+serve: install
+	$(VENV)/bin/shellwardd $(SERVE_ARGS)
+
+## test: install what is missing, then run the whole test suite
+test: install
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+## proto: regenerate the committed gRPC/protobuf code from protos/
+proto: install
+	$(PY) protos/generate.py
+
+## bench: run the benchmarks (figures go into docs/performance.md by hand)
+bench: install
+	$(PY) bench/overhead.py
+	$(PY) bench/classify.py
+	$(PY) bench/detect.py --sizes 1000,10000
+
+## lint: ruff and mypy
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+install: system-deps $(STAMP)
+
+# bubblewrap (the sandbox) and python3-venv come from Debian when missing.
+system-deps:
+	@missing=""; \
+	command -v bwrap >/dev/null 2>&1 || missing="$$missing bubblewrap"; \
+	command -v prlimit >/dev/null 2>&1 || missing="$$missing util-linux"; \
+	$(PYTHON) -c 'import ensurepip, venv' >/dev/null 2>&1 || missing="$$missing python3-venv"; \
+	if [ -n "$$missing" ]; then \
+		echo "installing system packages:$$missing"; \
+		if [ "$$(id -u)" != 0 ]; then SUDO=sudo; fi; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	fi
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
