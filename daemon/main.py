@@ -122,7 +122,9 @@ def run(*, config: Config) -> int:
     signals = _Signals()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, signals.handle)
-    where = f"unix:{config.socket}" + (f" and tcp:{config.tcp}" if config.tcp else "")
+    where = f"unix:{config.socket}"
+    if config.tcp:
+        where += f" and tcp:{config.tcp.rpartition(':')[0]}:{listeners.tcp_port}"
     print(f"shellwardd {info.version} listening on {where}", flush=True)
     log.info("serving", extra={"socket": str(config.socket), "state_dir": str(config.state_dir),
                                "workspaces": [str(w) for w in config.workspaces]})  # fmt: skip

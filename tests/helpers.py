@@ -1,0 +1,100 @@
+"""Test helpers: a real daemon on a temporary Unix socket, with its own state dir."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from shellward import Client
+
+STARTUP_TIMEOUT = 30.0
+
+
+@dataclass
+class Daemon:
+    """A running ``shellwardd`` process and where it keeps things."""
+
+    process: subprocess.Popen[str]
+    socket: Path
+    state_dir: Path
+    workspace: Path
+    log: Path
+    extra_args: Sequence[str] = field(default_factory=tuple)
+
+    def client(self, **kwargs: object) -> Client:
+        return Client(self.socket, **kwargs)  # type: ignore[arg-type]
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        return self.process.wait(timeout=timeout)
+
+    def logs(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+
+def start_daemon(
+    socket: Path,
+    state_dir: Path,
+    workspace: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+) -> Daemon:
+    """Start ``shellwardd`` and wait until it prints that it listens."""
+    log = state_dir.parent / f"{state_dir.name}-stderr.log"
+    state_dir.parent.mkdir(parents=True, exist_ok=True)
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("SHELLWARD_")}
+    full_env.update(env or {})
+    process = subprocess.Popen(
+        [
+            sys.executable, "-m", "shellwardd.main",
+            "--socket", str(socket),
+            "--state-dir", str(state_dir),
+            "--workspace", str(workspace),
+            *args,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=log.open("w"),
+        text=True,
+        env=full_env,
+    )  # fmt: skip
+    assert process.stdout is not None
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    line = ""
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if "listening on" in line or process.poll() is not None:
+            break
+    if "listening on" not in line:
+        process.kill()
+        raise RuntimeError(f"shellwardd did not start: {line!r}\n{log.read_text()}")
+    return Daemon(process, socket, state_dir, workspace, log, args)
+
+
+def wait_for(predicate: Callable[[], object], timeout: float = 20.0) -> None:
+    """Poll ``predicate`` until it is true; fail the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"condition not reached within {timeout}s")
+
+
+def host_processes(cmdline: str) -> list[Path]:
+    """Processes on the host whose argv is exactly ``cmdline`` split on spaces."""
+    wanted = cmdline.replace(" ", "\x00") + "\x00"
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and (proc / "cmdline").read_text() == wanted:
+                found.append(proc)
+        except OSError:
+            continue
+    return found
