@@ -1,0 +1,219 @@
+"""A watchdog (inotify) observer over one workspace that reports dirty paths.
+
+Three things watchdog does not do for us are done here:
+
+- An explicit ``event_filter``. Watchdog's default mask includes open and close-nowrite
+  events; on a tree of ~5,000 directories its own walk then overflows the inotify queue
+  and it loops at 100% CPU (measured). Reads (``cat``, ``grep -r``) must cost nothing, so
+  only events that can follow a change are asked for: created, modified, closed after
+  writing, deleted, moved.
+- Queue overflow. The kernel signals it with IN_Q_OVERFLOW; watchdog logs a warning on
+  a process-wide logger (which cannot say which workspace overflowed) and rebuilds its
+  watches by removing and re-adding every one of them. Each removal queues an IN_IGNORED
+  event, so on a tree with more directories than the queue holds the rebuild overflows
+  the queue again, forever (measured: a 16-event queue and 100 directories, ~180
+  overflows a second, without end). Each observer here owns its inotify instance, whose
+  ``handle_event`` is wrapped: an overflow is reported to this workspace's monitor and
+  not passed on; the monitor replaces the whole observer instead (a fresh instance, so
+  no IN_IGNORED flood) before it rescans.
+- Running out of watches. Watchdog swallows the ENOSPC of every watch below the root
+  (a directory left unwatched without a word); ``add_callback`` is wrapped to see it.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+from watchdog.events import (
+    DirCreatedEvent,
+    DirDeletedEvent,
+    DirMovedEvent,
+    FileClosedEvent,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+    FileSystemMovedEvent,
+)
+from watchdog.observers.api import BaseObserver
+from watchdog.observers.inotify import InotifyEmitter
+from watchdog.observers.inotify_c import (
+    CallbackId,
+    InotifyEvent,
+    InotifyFD,
+    Mask,
+    WatchCallback,
+    WatchDescriptor,
+)
+
+from .paths import COOKIE_DIR, PathFilter, PathKind, git_marker
+
+# Watchdog re-adds the watches of a new directory's subdirectories when their own create
+# events arrive, and warns about each duplicate; the warning is attributed (stacklevel 3)
+# to our add_callback wrapper below, so this filter silences exactly that noise.
+warnings.filterwarnings(
+    "ignore",
+    message="Callback with id .* already exists",
+    category=RuntimeWarning,
+    module=re.escape(__name__),
+)
+
+EVENT_FILTER: list[type[FileSystemEvent]] = [
+    FileCreatedEvent,
+    DirCreatedEvent,
+    FileModifiedEvent,
+    FileClosedEvent,
+    FileDeletedEvent,
+    DirDeletedEvent,
+    FileMovedEvent,
+    DirMovedEvent,
+]
+
+
+class ObserverSink(Protocol):
+    """What the observer tells the monitor; called on watchdog's threads."""
+
+    def on_dirty(self, path: str, is_dir: bool) -> None:
+        """``path`` (relative, INDEXED) may have changed; ``is_dir``: it is a directory."""
+
+    def on_git_write(self, marker: str, self_event: str) -> None:
+        """Something at or inside the ``.git`` directory ``marker`` (``sub/.git/``) changed.
+
+        ``self_event`` is "created" or "deleted" when the ``.git`` directory itself
+        appeared or went away, else "".
+        """
+
+    def on_cookie(self, name: str) -> None:
+        """A barrier cookie named ``name`` was created in the cookie directory."""
+
+    def on_overflow(self) -> None:
+        """The kernel dropped events: any dirty set may be incomplete, and the watches
+        and their paths may be stale until the observer is replaced."""
+
+    def on_watch_limit(self) -> None:
+        """A directory could not be watched (inotify watch limit): events will be missed."""
+
+
+class _InotifyFD(InotifyFD):
+    """One inotify instance that reports overflows and exhausted watches."""
+
+    def __init__(self, on_overflow: Callable[[], None], on_watch_limit: Callable[[], None]):
+        super().__init__()
+        self._on_overflow = on_overflow
+        self._on_watch_limit = on_watch_limit
+
+    def handle_event(self, event: InotifyEvent) -> None:
+        if event.is_queue_overflow:
+            self._on_overflow()
+            return  # not to watchdog's rebuild: see the module docstring
+        super().handle_event(event)
+
+    def add_callback(
+        self, path: bytes, mask: Mask, callback: WatchCallback, id_: CallbackId
+    ) -> WatchDescriptor:
+        try:
+            return super().add_callback(path, mask, callback, id_)
+        except OSError as exc:
+            if exc.errno == errno.ENOSPC:
+                self._on_watch_limit()
+            raise
+
+
+class _Observer(BaseObserver):
+    """watchdog's InotifyObserver, with our inotify instance."""
+
+    def __init__(self, inotify_fd: _InotifyFD) -> None:
+        self._inotify_fd = inotify_fd
+        super().__init__(InotifyEmitter, inotify_fd=inotify_fd)
+
+    def on_thread_start(self) -> None:
+        self._inotify_fd.start()
+        try:
+            super().on_thread_start()
+        except BaseException:
+            self._stop_inotify()
+            raise
+
+    def on_thread_stop(self) -> None:
+        super().on_thread_stop()
+        self._stop_inotify()
+
+    def _stop_inotify(self) -> None:
+        self._inotify_fd.stop()
+        self._inotify_fd.join()
+
+
+class _Handler(FileSystemEventHandler):
+    def __init__(self, root: str, pfilter: PathFilter, sink: ObserverSink) -> None:
+        self._prefix = root + "/"
+        self._root = root
+        self._filter = pfilter
+        self._sink = sink
+        self._cookie_prefix = self._prefix + COOKIE_DIR + "/"
+
+    def dispatch(self, event: FileSystemEvent) -> None:
+        if isinstance(event, FileSystemMovedEvent) and event.dest_path:
+            self._route(os.fsdecode(event.src_path), event, "deleted")
+            self._route(os.fsdecode(event.dest_path), event, "created")
+        elif isinstance(event, (FileCreatedEvent, DirCreatedEvent)):
+            self._route(os.fsdecode(event.src_path), event, "created")
+        elif isinstance(event, (FileDeletedEvent, DirDeletedEvent)):
+            self._route(os.fsdecode(event.src_path), event, "deleted")
+        else:
+            self._route(os.fsdecode(event.src_path), event, "")
+
+    def _route(self, path: str, event: FileSystemEvent, change: str) -> None:
+        """Report ``path``; ``change`` says whether it appeared or went away, if known."""
+        if path == self._root:
+            self._sink.on_dirty("", True)
+            return
+        if not path.startswith(self._prefix):
+            return
+        rel = path[len(self._prefix) :]
+        kind = self._filter.classify(rel)
+        if kind is PathKind.INDEXED:
+            self._sink.on_dirty(rel, event.is_directory)
+        elif kind is PathKind.GIT:
+            marker = git_marker(rel)
+            self._sink.on_git_write(marker, change if rel == marker[:-1] else "")
+        elif (
+            kind is PathKind.PRIVATE
+            and isinstance(event, FileCreatedEvent)
+            and path.startswith(self._cookie_prefix)
+        ):
+            self._sink.on_cookie(path[len(self._cookie_prefix) :])
+
+
+class WorkspaceObserver:
+    """Watches ``root`` recursively and reports to ``sink``."""
+
+    def __init__(self, root: Path, pfilter: PathFilter, sink: ObserverSink) -> None:
+        self._root = str(root)
+        self._sink = sink
+        self._observer = _Observer(_InotifyFD(sink.on_overflow, sink.on_watch_limit))
+        self._observer.schedule(
+            _Handler(self._root, pfilter, sink),
+            self._root,
+            recursive=True,
+            event_filter=EVENT_FILTER,
+        )
+
+    def start(self) -> None:
+        """Add the watches (synchronously: the whole tree is watched on return) and run.
+
+        Raises OSError if the root itself cannot be watched.
+        """
+        self._observer.start()
+
+    def stop(self) -> None:
+        if self._observer.is_alive():
+            self._observer.stop()
+            self._observer.join()

@@ -1,0 +1,271 @@
+"""The write detector under stress: lost events, restarts, storms, concurrency, start-up."""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import random
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+from watchdog.observers import inotify_c
+
+from shellward.types import EffectKind, FileEffect
+from shellwardd.watch import WorkspaceMonitor
+from shellwardd.watch.hashing import probe
+from shellwardd.watch.paths import PathFilter
+from shellwardd.watch.scan import walk
+
+from .conftest import fill, run, sha, summary
+
+pytestmark = pytest.mark.filterwarnings("ignore:Callback with id:RuntimeWarning")
+
+MAX_QUEUED = Path("/proc/sys/fs/inotify/max_queued_events")
+
+
+def disk_state(root: Path) -> dict[str, str]:
+    """What the index should hold: every indexed path's hash, read from disk afresh."""
+    state = {}
+    for path, _ in walk(str(root), PathFilter()):
+        entry = probe(root / path)
+        assert entry is not None
+        state[path] = entry.hash
+    return state
+
+
+def index_state(monitor: WorkspaceMonitor) -> dict[str, str]:
+    return {path: entry.hash for path, entry in monitor.snapshot().items()}
+
+
+def start_with_tiny_queue(monitor: WorkspaceMonitor) -> None:
+    """Start ``monitor`` with an inotify instance that holds only 16 events.
+
+    The kernel reads the limit when an instance is created, so it is lowered (for the
+    whole machine) only around ``start()`` and restored right after.
+    """
+    try:
+        saved = MAX_QUEUED.read_text()
+        MAX_QUEUED.write_text("16\n")
+    except OSError:
+        pytest.skip("needs root to lower fs.inotify.max_queued_events")
+    try:
+        monitor.start()
+    finally:
+        MAX_QUEUED.write_text(saved)
+
+
+def test_external_edits_update_the_index_and_are_not_attributed(
+    monitor: WorkspaceMonitor, ws: Path
+) -> None:
+    (ws / "edited").write_bytes(b"v1")
+    (ws / "removed").write_bytes(b"r")
+    run(monitor, "true")
+    # An editor saves, a user deletes: no call is running.
+    (ws / "edited").write_bytes(b"v2")
+    (ws / "removed").unlink()
+    (ws / "added").write_bytes(b"a")
+    effects = run(monitor, "printf v3 > edited")
+    assert effects.effects == (
+        FileEffect("edited", EffectKind.MODIFIED, sha(b"v2"), sha(b"v3"), 2),
+    )
+    assert index_state(monitor) == {"edited": sha(b"v3"), "added": sha(b"a")}
+
+
+def test_background_flush_keeps_the_index_fresh_between_calls(
+    monitor: WorkspaceMonitor, ws: Path
+) -> None:
+    (ws / "f").write_bytes(b"between calls")
+    # No call and no explicit flush: the monitor's own thread applies the edit.
+    deadline = 200
+    while "f" not in monitor.snapshot() and deadline:
+        threading.Event().wait(0.02)
+        deadline -= 1
+    assert index_state(monitor) == {"f": sha(b"between calls")}
+
+
+def test_index_matches_disk_after_a_storm(monitor: WorkspaceMonitor, ws: Path) -> None:
+    rng = random.Random(4)
+    files = fill(ws, 400)
+    monitor.flush()
+
+    def storm(rounds: int) -> None:
+        for _ in range(rounds):
+            path = rng.choice(files)
+            action = rng.randrange(5)
+            if action == 0 and path.exists():
+                path.unlink()
+            elif action == 1 and path.exists():
+                path.rename(path.with_name("r" + path.name))
+            elif action == 2:
+                path.parent.mkdir(exist_ok=True)
+                path.write_bytes(os.urandom(rng.randrange(100)))
+            elif action == 3 and path.parent.exists():
+                shutil.rmtree(path.parent)
+            else:
+                (ws / f"new{rng.randrange(50)}").write_bytes(b"n")
+
+    storm(300)  # between calls
+    watch = monitor.begin_call()
+    storm(300)  # during a call
+    monitor.finish_call(watch)
+    storm(300)  # between calls again
+    monitor.flush()
+    assert index_state(monitor) == disk_state(ws)
+
+
+def test_restart_detects_changes_made_while_stopped(ws: Path, state_dir: Path) -> None:
+    fill(ws, 200)
+    first = WorkspaceMonitor(ws, state_dir)
+    first.start()
+    assert first.wait_ready(30)
+    run(first, "printf kept > kept")
+    first.stop()
+
+    (ws / "d000" / "f00000.txt").write_bytes(b"changed while down")
+    (ws / "d000" / "f00001.txt").unlink()
+    (ws / "offline").write_bytes(b"new while down")
+    # Same size and a restored mtime: only the ctime (and the content) give it away.
+    victim = ws / "d001" / "f00020.txt"
+    st = victim.stat()
+    victim.write_bytes(victim.read_bytes().upper())
+    os.utime(victim, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+    second = WorkspaceMonitor(ws, state_dir)
+    second.start()
+    try:
+        assert second.wait_ready(30)
+        assert second.progress().state == "ready"
+        assert index_state(second) == disk_state(ws)
+        # The offline edits are in the index, not in the next call's effects.
+        assert summary(run(second, "printf x > later")) == [("created", "later")]
+    finally:
+        second.stop()
+
+
+def test_queue_overflow_falls_back_to_a_complete_rescan(
+    ws: Path, state_dir: Path, tmp_path: Path
+) -> None:
+    source = tmp_path / "source"
+    files = fill(source, 2000)
+    (ws / "before").write_bytes(b"b")
+    monitor = WorkspaceMonitor(ws, state_dir)
+    start_with_tiny_queue(monitor)
+    try:
+        assert monitor.wait_ready(30)
+        effects = run(monitor, f"cp -r {source} copy && rm before")
+        assert effects.from_rescan
+        assert "overflow" in effects.note
+        assert len(effects.effects) == len(files) + 1
+        assert effects.effects[0] == FileEffect(
+            "before", EffectKind.DELETED, before_hash=sha(b"b"), size=1, from_rescan=True
+        )
+        assert all(e.kind is EffectKind.CREATED and e.from_rescan for e in effects.effects[1:])
+        assert index_state(monitor) == disk_state(ws)
+        # The rescan re-synchronised the index: the next quiet call is exact again.
+        effects = run(monitor, "printf z > z")
+        assert summary(effects) == [("created", "z")] and not effects.from_rescan
+    finally:
+        monitor.stop()
+
+
+def test_overflow_between_calls_is_not_attributed(
+    ws: Path, state_dir: Path, tmp_path: Path
+) -> None:
+    monitor = WorkspaceMonitor(ws, state_dir)
+    start_with_tiny_queue(monitor)
+    try:
+        assert monitor.wait_ready(30)
+        fill(ws / "external", 500)  # overflows the queue with no call running
+        effects = run(monitor, "printf mine > mine")
+        assert summary(effects) == [("created", "mine")]
+        assert len(monitor.snapshot()) == 501
+    finally:
+        monitor.stop()
+
+
+def test_watch_limit_degrades_to_stat_scans(
+    ws: Path, state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (ws / "deep" / "er").mkdir(parents=True)
+    (ws / "deep" / "er" / "f").write_bytes(b"1")
+    real_add_watch = inotify_c.inotify_add_watch
+
+    def add_watch(fd: int, path: bytes, mask: int) -> int:
+        if b"/deep" in path:  # as if the user's watch budget ran out here
+            ctypes.set_errno(errno.ENOSPC)
+            return -1
+        return real_add_watch(fd, path, mask)
+
+    monkeypatch.setattr(inotify_c, "inotify_add_watch", add_watch)
+    monitor = WorkspaceMonitor(ws, state_dir)
+    monitor.start()
+    try:
+        assert monitor.wait_ready(30)
+        progress = monitor.progress()
+        assert progress.state == "degraded" and "watch limit" in progress.note
+        # Unwatched, yet still reported: the call's effects come from a stat scan.
+        effects = run(monitor, "printf 22 > deep/er/f")
+        assert effects.effects == (
+            FileEffect(
+                "deep/er/f", EffectKind.MODIFIED, sha(b"1"), sha(b"22"), 2, from_rescan=True
+            ),
+        )
+        assert "watch limit" in effects.note
+    finally:
+        monitor.stop()
+
+
+def test_call_started_before_the_index_is_ready_is_exact(ws: Path, state_dir: Path) -> None:
+    fill(ws, 2000)
+    monitor = WorkspaceMonitor(ws, state_dir)
+    monitor.start()
+    try:
+        # No wait_ready: begin_call waits for the index itself.
+        effects = run(monitor, "printf changed > d050/f01000.txt")
+        assert effects.effects == (
+            FileEffect(
+                "d050/f01000.txt",
+                EffectKind.MODIFIED,
+                sha(b"content of file 1000\n"),
+                sha(b"changed"),
+                7,
+            ),
+        )
+        assert monitor.progress() == type(monitor.progress())("ready", 2000, 2000, "")
+    finally:
+        monitor.stop()
+
+
+def test_exclusive_calls_run_alone(monitor: WorkspaceMonitor) -> None:
+    first = monitor.begin_call()
+    with pytest.raises(TimeoutError):
+        monitor.begin_call(exclusive=False, timeout=0.2)
+    with pytest.raises(TimeoutError):
+        monitor.begin_call(timeout=0.2)
+    monitor.finish_call(first)
+    second = monitor.begin_call(timeout=1)
+    assert not monitor.finish_call(second).overlapped
+
+
+def test_shared_calls_overlap_and_say_so(monitor: WorkspaceMonitor, ws: Path) -> None:
+    (ws / "cov").write_bytes(b"0")
+    monitor.flush()
+    first = monitor.begin_call(exclusive=False)
+    second = monitor.begin_call(exclusive=False, timeout=1)
+    subprocess.run("printf 1 > cov", shell=True, cwd=ws, check=True)
+    effects_a = monitor.finish_call(first)
+    subprocess.run("printf 2 > late", shell=True, cwd=ws, check=True)
+    effects_b = monitor.finish_call(second)
+    # Nobody can tell which of the two wrote `cov`: both report it, and the overlap.
+    expected = FileEffect("cov", EffectKind.MODIFIED, sha(b"0"), sha(b"1"), 1)
+    assert effects_a.effects == (expected,) and effects_a.overlapped
+    assert effects_b.effects == (
+        expected,
+        FileEffect("late", EffectKind.CREATED, after_hash=sha(b"2"), size=1),
+    )
+    assert effects_b.overlapped and "other calls" in effects_b.note
+    assert index_state(monitor) == disk_state(ws)

@@ -1,0 +1,141 @@
+"""The pure parts of the write detector: path kinds, effects, hashing, the index, scans."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import shellwardd.watch
+from shellward.types import EffectKind, FileEffect
+from shellwardd.watch.effects import diff
+from shellwardd.watch.hashing import IndexEntry, content_hash, probe
+from shellwardd.watch.index import HashIndex
+from shellwardd.watch.paths import PathFilter, PathKind, git_marker
+from shellwardd.watch.scan import stat_scan
+
+from .conftest import sha
+
+
+def entry(digest: bytes, inode: int = 1, size: int = 1) -> IndexEntry:
+    return IndexEntry(size=size, mtime_ns=0, ctime_ns=0, inode=inode, digest=digest)
+
+
+def test_public_api() -> None:
+    assert set(shellwardd.watch.__all__) == {
+        "CallEffects",
+        "CallWatch",
+        "IndexNotReady",
+        "IndexProgress",
+        "WatchError",
+        "WorkspaceMonitor",
+        "content_hash",
+    }
+
+
+def test_path_kinds() -> None:
+    f = PathFilter(("node_modules", "*.pyc", "build/out", "docs/*.tmp"))
+    assert f.classify("src/main.py") is PathKind.INDEXED
+    assert f.classify(".git") is PathKind.GIT
+    assert f.classify("vendor/lib/.git/index") is PathKind.GIT
+    assert f.classify("a/node_modules/x/y.js") is PathKind.IGNORED
+    assert f.classify("pkg/__pycache__/m.cpython-311.pyc") is PathKind.IGNORED
+    assert f.classify("build/out/bin") is PathKind.IGNORED
+    assert f.classify("build/other") is PathKind.INDEXED
+    assert f.classify("docs/a.tmp") is PathKind.IGNORED
+    assert f.classify(".shellward/cookies/open-1") is PathKind.PRIVATE
+    assert f.classify(".shellward/rules.toml") is PathKind.INDEXED
+    assert f.child_kind("a/node_modules", "node_modules") is PathKind.IGNORED
+    assert f.child_kind("docs/b.tmp", "b.tmp") is PathKind.IGNORED
+    assert git_marker(".git/refs/heads/main") == ".git/"
+    assert git_marker("vendor/lib/.git/index") == "vendor/lib/.git/"
+
+
+def test_diff_kinds_and_rename_pairing() -> None:
+    a, b, c = entry(b"A", inode=1), entry(b"B", inode=2), entry(b"C", inode=3)
+    effects = diff(
+        {
+            "new": (None, a),
+            "changed": (b, c),
+            "touched": (c, c),
+            "gone": (entry(b"G", inode=9), None),
+            "moved/to": (None, entry(b"M", inode=7)),
+            "moved_from": (entry(b"M", inode=7), None),
+            # Same content but a new inode: a copy and a delete, not a rename.
+            "copy": (None, entry(b"K", inode=5)),
+            "orig": (entry(b"K", inode=4), None),
+        }
+    )
+    hex_ = bytes.hex
+    assert effects == [
+        FileEffect(
+            "changed", EffectKind.MODIFIED, "sha256:" + hex_(b"B"), "sha256:" + hex_(b"C"), 1
+        ),
+        FileEffect("copy", EffectKind.CREATED, after_hash="sha256:" + hex_(b"K"), size=1),
+        FileEffect("gone", EffectKind.DELETED, before_hash="sha256:" + hex_(b"G"), size=1),
+        FileEffect(
+            "moved/to",
+            EffectKind.RENAMED,
+            "sha256:" + hex_(b"M"),
+            "sha256:" + hex_(b"M"),
+            1,
+            renamed_from="moved_from",
+        ),
+        FileEffect("new", EffectKind.CREATED, after_hash="sha256:" + hex_(b"A"), size=1),
+        FileEffect("orig", EffectKind.DELETED, before_hash="sha256:" + hex_(b"K"), size=1),
+    ]
+
+
+def test_probe_files_links_and_others(tmp_path: Path) -> None:
+    (tmp_path / "f").write_bytes(b"hello")
+    os.symlink("f", tmp_path / "link")
+    os.symlink("/etc/passwd", tmp_path / "out")
+    os.mkfifo(tmp_path / "fifo")
+    f = probe(tmp_path / "f")
+    assert f is not None and f.hash == sha(b"hello") and f.size == 5 and not f.is_link
+    # Links are recorded by their target, never followed (in or out of the workspace).
+    assert content_hash(tmp_path / "link") == "symlink:f"
+    assert content_hash(tmp_path / "out") == "symlink:/etc/passwd"
+    assert probe(tmp_path / "fifo") is None  # and does not block opening it
+    assert probe(tmp_path) is None
+    assert content_hash(tmp_path / "absent") == ""
+    # Just written: within the racy window, so a later stat match will not be trusted.
+    assert f.racy
+
+
+def test_index_persists_and_finds_subtrees(tmp_path: Path) -> None:
+    db = tmp_path / "state" / "i.sqlite"
+    index = HashIndex(db, tmp_path)
+    assert not index.persisted
+    index.update({"a/b/c": entry(b"1"), "a/d": entry(b"2"), "e": entry(b"3")})
+    assert sorted(index.under("a")) == ["a/b/c", "a/d"]
+    index.update({"a/b/c": None})
+    assert index.under("a/b") == [] and index.under("a") == ["a/d"]
+    index.close()
+    again = HashIndex(db, tmp_path)
+    assert again.persisted
+    assert dict(again.items()) == {"a/d": entry(b"2"), "e": entry(b"3")}
+    assert sorted(again.under("")) == ["a/d", "e"]
+    again.close()
+    # An index recorded for another root is not trusted.
+    other = HashIndex(db, tmp_path / "elsewhere")
+    assert not other.persisted and len(other) == 0
+    other.close()
+
+
+def test_stat_scan_trusts_stat_except_for_racy_entries(tmp_path: Path) -> None:
+    (tmp_path / "f").write_bytes(b"real")
+    st = os.lstat(tmp_path / "f")
+    stale = IndexEntry(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, b"stale")
+    index = HashIndex(tmp_path / "i.sqlite", tmp_path)
+    index.update({"f": stale})
+    # Same size, mtime, ctime and inode as recorded: the entry is trusted as is.
+    assert stat_scan(index, str(tmp_path), PathFilter(("*.sqlite*",))) == {}
+    # The same entry recorded within the racy window must be compared by content.
+    index.update(
+        {"f": IndexEntry(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, b"x", racy=True)}
+    )
+    changes = stat_scan(index, str(tmp_path), PathFilter(("*.sqlite*",)))
+    assert set(changes) == {"f"}
+    after = changes["f"]
+    assert after is not None and after.hash == sha(b"real")
+    index.close()
