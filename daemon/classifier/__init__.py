@@ -1,0 +1,14 @@
+"""The command classifier: what may this command do, and may it run again?
+
+    rules = load_rules(user_file, repo_roots, trusted_repos)   # RuleFileError if broken
+    verdict = Classifier(rules).classify("npm test", cwd=..., workspace=...)
+
+See rules/README.md for the rule file format.
+"""
+
+from .classifier import Classifier
+from .loading import check_rule_file, load_rules
+from .rules import RuleFileError
+from .ruleset import RuleSet
+
+__all__ = ["Classifier", "RuleFileError", "RuleSet", "check_rule_file", "load_rules"]

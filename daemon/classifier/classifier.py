@@ -1,0 +1,92 @@
+"""The Classifier: a command string in, a Verdict out. Pure: no I/O, never raises except
+ValueError for input that holds no command at all."""
+
+from __future__ import annotations
+
+from shellward.types import CommandPart, ReplayPolicy, Verdict
+
+from .engine import Analyzer
+from .parse import is_blank
+from .ruleset import RuleIndex, RuleSet
+
+# Longer input is refused (fail closed) rather than handed to a parser of unknown cost.
+MAX_COMMAND_CHARS = 65536
+
+
+class Classifier:
+    """Classifies commands with one RuleSet; safe to share between threads."""
+
+    def __init__(self, rules: RuleSet) -> None:
+        self.rules = rules
+
+    def classify(
+        self, command: str, *, cwd: str | None = None, workspace: str | None = None
+    ) -> Verdict:
+        if is_blank(command):
+            raise ValueError(
+                "the command is empty (only whitespace or comments): give a shell command to run"
+            )
+        index, constraints = self.rules.for_directory(cwd if cwd is not None else workspace)
+        return classify_with(command, index, constraints, cwd=cwd, workspace=workspace)
+
+
+def classify_with(
+    command: str,
+    index: RuleIndex,
+    constraints: RuleIndex | None,
+    *,
+    cwd: str | None,
+    workspace: str | None,
+) -> Verdict:
+    """Classify ``command`` (not blank) with explicit rule indexes."""
+    everything = (0, len(command))
+    analyzer = Analyzer(index, constraints, cwd, workspace, source=command)
+    if len(command) > MAX_COMMAND_CHARS:
+        analyzer.fail(everything, "", f"the command is longer than {MAX_COMMAND_CHARS}"
+                       " characters")
+    else:
+        try:
+            analyzer.code(command, "", 0, everything, 0)
+        except Exception as exc:  # the safety core must answer; a bug here means "never"
+            analyzer.fail(everything, "", f"the classifier failed ({type(exc).__name__}: "
+                           f"{exc}); treated as unsafe")
+    return _verdict(command, analyzer.parts)
+
+
+def _verdict(command: str, parts: list[CommandPart]) -> Verdict:
+    idempotency = max(p.idempotency for p in parts)
+    replay = max(p.replay_policy for p in parts)
+    deciding = max(
+        range(len(parts)),
+        key=lambda n: (parts[n].replay_policy.rank, parts[n].idempotency.rank, -n),
+    )
+    part = parts[deciding]
+    where = f" (in {part.context})" if part.context else ""
+    of = f"; worst of {len(parts)} parts" if len(parts) > 1 else ""
+    reason = (
+        f"`{_snippet(command, part.span)}`{where} {part.reason}: {idempotency.value}, "
+        f"{_replay_words(replay)}{of}"
+    )
+    return Verdict(
+        idempotency=idempotency,
+        replay_policy=replay,
+        reason=reason,
+        needs_network=any(p.needs_network for p in parts),
+        needs_approval=any(p.needs_approval for p in parts),
+        parts=tuple(parts),
+        deciding_part=deciding,
+    )
+
+
+def _replay_words(replay: ReplayPolicy) -> str:
+    return {
+        ReplayPolicy.AUTO: "safe to replay automatically",
+        ReplayPolicy.ASK: "ask before replaying",
+        ReplayPolicy.NEVER: "never replay",
+    }[replay]
+
+
+def _snippet(command: str, span: tuple[int, int], limit: int = 60) -> str:
+    text = " ".join(command[span[0] : span[1]].split()) or " ".join(command.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+

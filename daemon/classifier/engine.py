@@ -1,0 +1,550 @@
+"""Pure evaluation: command text and rule indexes in, one CommandPart per simple command out.
+
+The engine parses (parse.py), resolves each program, finds its rule, reads argv with the
+rule's argument description, applies the rule's conditions, and follows code that a command
+runs as code (wrappers, ``bash -c``, ``eval``, ``find -exec``) into parts of their own.
+Anything it cannot see through is non_idempotent/never, with a reason naming the cause.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+
+from shellward.types import ArgumentFact, ArgumentKind, CommandPart, Idempotency, ReplayPolicy
+
+from .parse import Redirect, SimpleCommand, Word, join_context, parse
+from .rules import Condition, Role, Rule
+from .ruleset import ProgramRules, RuleIndex
+
+NEVER = (Idempotency.NON_IDEMPOTENT, ReplayPolicy.NEVER)
+# Code inside code inside code…: beyond this the engine stops following and fails closed.
+MAX_DEPTH = 8
+# An absolute path in one of these directories is the program its basename names.
+SYSTEM_DIRS = frozenset(
+    {"/bin", "/usr/bin", "/usr/local/bin", "/sbin", "/usr/sbin", "/usr/local/sbin"}
+)
+# Harmless write targets of a redirection.
+_NOT_FILES = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr"})
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+# Environment variables that change which program runs or what it executes: setting one
+# makes every rule about the command meaningless.
+_HIJACK_VARS = frozenset(
+    {
+        "PATH", "BASH_ENV", "ENV", "IFS", "PROMPT_COMMAND", "SHELLOPTS", "BASHOPTS", "PS4",
+        "NODE_OPTIONS", "PYTHONSTARTUP", "PYTHONPATH", "PERL5OPT", "PERL5LIB", "RUBYOPT",
+        "GIT_SSH", "GIT_SSH_COMMAND", "GIT_EXTERNAL_DIFF", "GIT_PAGER", "PAGER", "GIT_EDITOR",
+        "EDITOR", "VISUAL", "GIT_ASKPASS", "SSH_ASKPASS", "LESSOPEN", "LESSCLOSE", "MANPAGER",
+        "GIT_EXEC_PATH", "GIT_DIR", "GIT_WORK_TREE", "BROWSER",
+    }
+)  # fmt: skip
+_HIJACK_PREFIXES = ("LD_", "DYLD_", "GIT_CONFIG")
+
+
+@dataclass(slots=True)
+class _Tokens:
+    """argv read with a rule's flag description."""
+
+    # (name, value, index of the flag's word, value attached to that word as in `-ofile`)
+    flags: list[tuple[str, str | None, int, bool]] = field(default_factory=list)
+    values: dict[int, str] = field(default_factory=dict)  # word index -> flag it is a value of
+    positionals: list[int] = field(default_factory=list)
+    stop: int | None = None  # for wrappers: index of the first word of the inner command
+
+
+def _takes_value(name: str, takes_value: frozenset[str]) -> bool:
+    if name in takes_value:
+        return True
+    # GNU getopt accepts any unambiguous prefix of a long option (`--out` for `--output`).
+    return len(name) >= 4 and name[:2] == "--" and any(f.startswith(name) for f in takes_value)
+
+
+def _flag_matches(given: str, declared: str) -> bool:
+    return given == declared or (
+        len(given) >= 4 and given[:2] == "--" and declared.startswith(given)
+    )
+
+
+def tokenize(
+    texts: Sequence[str], indexes: Sequence[int], rule: Rule | None, *, stop: bool = False
+) -> _Tokens:
+    """Split the words at ``indexes`` into flags (with values) and positionals."""
+    takes = rule.takes_value if rule else frozenset()
+    long_single = rule.long_single if rule else frozenset()
+    out = _Tokens()
+    only_positionals = False
+    k = 0
+    while k < len(indexes):
+        i = indexes[k]
+        w = texts[i]
+        k += 1
+        if only_positionals or len(w) < 2 or w[0] != "-":
+            if stop:
+                out.stop = i
+                return out
+            out.positionals.append(i)
+        elif w == "--":
+            only_positionals = True
+            out.flags.append(("--", None, i, False))
+            if stop:
+                out.stop = indexes[k] if k < len(indexes) else None
+                return out
+        elif w[1] == "-" or w in long_single or w.partition("=")[0] in long_single:
+            name, eq, value = w.partition("=")
+            if eq:
+                out.flags.append((name, value, i, True))
+            elif k < len(indexes) and _takes_value(name, takes):
+                out.flags.append((name, texts[indexes[k]], i, False))
+                out.values[indexes[k]] = name
+                k += 1
+            else:
+                out.flags.append((name, None, i, False))
+        else:
+            for j in range(1, len(w)):
+                name = "-" + w[j]
+                if name in takes:
+                    if j + 1 < len(w):
+                        out.flags.append((name, w[j + 1 :], i, True))
+                    elif k < len(indexes):
+                        out.flags.append((name, texts[indexes[k]], i, False))
+                        out.values[indexes[k]] = name
+                        k += 1
+                    else:
+                        out.flags.append((name, None, i, False))
+                    break
+                out.flags.append((name, None, i, False))
+    return out
+
+
+def _has_flag(tokens: _Tokens, declared: Sequence[str]) -> bool:
+    return any(_flag_matches(flag[0], d) for flag in tokens.flags for d in declared)
+
+
+def _holds(cond: Condition, tokens: _Tokens, texts: Sequence[str], segment: Sequence[int]) -> bool:
+    if cond.flags:
+        found = [f[1] for f in tokens.flags if any(_flag_matches(f[0], d) for d in cond.flags)]
+        if not found:
+            return False
+        if cond.values and not any(
+            v is not None and fnmatchcase(v, p) for v in found for p in cond.values
+        ):
+            return False
+        # A flag without a readable value counts as not excepted: fail closed.
+        if cond.unless_values and all(
+            v is not None and any(fnmatchcase(v, p) for p in cond.unless_values) for v in found
+        ):
+            return False
+    if cond.unless_flags and _has_flag(tokens, cond.unless_flags):
+        return False
+    if cond.min_args and len(tokens.positionals) < cond.min_args:
+        return False
+    return cond.arg_regex is None or any(cond.arg_regex.search(texts[i]) for i in segment)
+
+
+@dataclass(slots=True)
+class _Judgement:
+    """A verdict being built for one simple command."""
+
+    idempotency: Idempotency
+    replay: ReplayPolicy
+    reason: str
+    rule_id: str
+    network: bool = False
+    approval: bool = False
+    facts: dict[int, ArgumentFact] = field(default_factory=dict)
+    # Inner commands to classify as parts of their own: (kind, context, start, end).
+    inner: list[tuple[str, str, int, int]] = field(default_factory=list)
+
+    def raise_to(self, idempotency: Idempotency, replay: ReplayPolicy, reason: str) -> bool:
+        if idempotency > self.idempotency or replay > self.replay:
+            self.idempotency = max(self.idempotency, idempotency)
+            self.replay = max(self.replay, replay)
+            self.reason = reason
+            return True
+        return False
+
+    def fact(self, index: int, text: str, kind: ArgumentKind, note: str = "") -> None:
+        self.facts[index] = ArgumentFact(index, text, kind, note)
+
+
+def _never(reason: str, rule_id: str) -> _Judgement:
+    return _Judgement(*NEVER, reason, rule_id)
+
+
+@dataclass
+class Analyzer:
+    """Classifies one command string into parts; create one per classify() call."""
+
+    index: RuleIndex
+    constraints: RuleIndex | None
+    cwd: str | None
+    workspace: str | None
+    parts: list[CommandPart] = field(default_factory=list)
+    functions: set[str] = field(default_factory=set)
+    source: str = ""  # the original command string, to map spans of re-parsed code
+
+    def code(
+        self, text: str, context: str, base: int | None, fallback: tuple[int, int], depth: int
+    ) -> None:
+        """Parse ``text`` as shell code and classify every simple command in it."""
+        if depth > MAX_DEPTH:
+            self.fail(fallback, context, "code nested too deeply to follow")
+            return
+        parsed = parse(text, context=context, base=base, fallback=fallback)
+        self.functions |= parsed.functions
+        for finding in parsed.findings:
+            self.fail(finding.span, context, finding.reason)
+        for cmd in parsed.commands:
+            self.simple(cmd.words, cmd, cmd.context, depth, appended=False)
+
+    def fail(self, span: tuple[int, int], context: str, reason: str) -> None:
+        self.parts.append(
+            CommandPart(
+                program="",
+                resolved_program="",
+                argv=(),
+                span=span,
+                idempotency=Idempotency.NON_IDEMPOTENT,
+                replay_policy=ReplayPolicy.NEVER,
+                reason=reason,
+                rule_id="classifier:parse",
+                context=context,
+            )
+        )
+
+    def simple(
+        self,
+        words: Sequence[Word],
+        cmd: SimpleCommand | None,
+        context: str,
+        depth: int,
+        *,
+        appended: bool,
+    ) -> None:
+        """Classify one simple command; ``cmd`` carries its redirects and assignments, and is
+        None for a command found inside another's argv (a wrapper's inner command)."""
+        texts = [w.text for w in words]
+        if not words:
+            judgement = _Judgement(
+                Idempotency.IDEMPOTENT,
+                ReplayPolicy.AUTO,
+                "only sets shell variables or redirects",
+                "classifier:assignment",
+            )
+            resolved = ""
+        else:
+            judgement, resolved = self._judge_program(words, texts, appended)
+        if cmd is not None:
+            self._environment(judgement, cmd.assignments)
+            self._redirects(judgement, cmd.redirects)
+        self._escalate(judgement)
+        span = cmd.span if cmd is not None else (words[0].span[0], words[-1].span[1])
+        self.parts.append(
+            CommandPart(
+                program=texts[0] if texts else "",
+                resolved_program=resolved,
+                argv=tuple(texts),
+                span=span,
+                idempotency=judgement.idempotency,
+                replay_policy=judgement.replay,
+                reason=judgement.reason,
+                rule_id=judgement.rule_id,
+                needs_network=judgement.network,
+                needs_approval=judgement.approval,
+                arguments=tuple(judgement.facts[k] for k in sorted(judgement.facts)),
+                context=context,
+            )
+        )
+        for kind, label, start, end in judgement.inner:
+            inner_context = join_context(context, label)
+            if kind == "code":
+                self._reenter(words[start:end], inner_context, depth)
+            else:
+                self.simple(words[start:end], None, inner_context, depth + 1,
+                            appended=kind == "appended")
+
+    def _reenter(self, words: Sequence[Word], context: str, depth: int) -> None:
+        text = " ".join(w.text for w in words)
+        first, last = words[0].span[0], words[-1].span[1]
+        # Spans map exactly when the code appears verbatim in one word (e.g. single-quoted).
+        at = -1
+        if len(words) == 1:
+            raw = self.source[first:last]
+            at = raw.find(text)
+        base = first + at if at >= 0 else None
+        self.code(text, context, base, (first, last), depth + 1)
+
+    # -- programs and rules ---------------------------------------------------------------
+
+    def _judge_program(
+        self, words: Sequence[Word], texts: list[str], appended: bool
+    ) -> tuple[_Judgement, str]:
+        program = words[0]
+        if program.dynamic:
+            return _never(f"the program is named by {program.dynamic}",
+                          "classifier:dynamic-program"), ""
+        name = program.text
+        if "/" not in name and name in self.functions:
+            return _Judgement(
+                Idempotency.IDEMPOTENT,
+                ReplayPolicy.AUTO,
+                f"calls the shell function `{name}` defined in this command"
+                " (its body is classified as parts of its own)",
+                "classifier:function",
+            ), name
+        resolved, keys, problem = self._resolve(name)
+        if problem:
+            return _never(problem, "classifier:program-path"), resolved
+        judgement = self._judge(self.index, keys, texts, appended, primary=True)
+        if judgement is None:
+            judgement = _never(f"runs `{name}`, which no rule knows", "classifier:unknown")
+        elif self.constraints is not None:
+            stricter = self._judge(self.constraints, keys, texts, appended, primary=False)
+            if stricter is not None:
+                judgement.network |= stricter.network
+                judgement.approval |= stricter.approval
+                if judgement.raise_to(stricter.idempotency, stricter.replay, stricter.reason):
+                    judgement.rule_id = stricter.rule_id
+        return judgement, resolved
+
+    def _resolve(self, name: str) -> tuple[str, tuple[str, ...], str]:
+        """(resolved program, lookup keys, why it cannot be trusted or "")."""
+        if "/" not in name:
+            return name, (name,), ""
+        if name.startswith("~"):
+            return name, (), f"runs `{name}`, a path under a home directory the classifier" \
+                " cannot resolve"
+        if os.path.isabs(name):
+            path = os.path.normpath(name)
+        elif self.cwd is None:
+            return name, (), f"runs `{name}`, a relative path, and no working directory was given"
+        else:
+            path = os.path.normpath(os.path.join(self.cwd, name))
+        if self.workspace is not None:
+            ws = os.path.normpath(self.workspace)
+            if path == ws or path.startswith(ws.rstrip("/") + "/"):
+                return path, (), (
+                    f"runs `{name}`, a program inside the workspace, which rules never trust"
+                )
+        directory, base = os.path.split(path)
+        return path, ((path, base) if directory in SYSTEM_DIRS else (path,)), ""
+
+    def _judge(
+        self,
+        index: RuleIndex,
+        keys: Sequence[str],
+        texts: list[str],
+        appended: bool,
+        *,
+        primary: bool,
+    ) -> _Judgement | None:
+        rules: ProgramRules | None = None
+        for key in keys:
+            rules = index.programs.get(key)
+            if rules is not None:
+                break
+        if rules is None:
+            return None
+        every = list(range(1, len(texts)))
+        rule, sub = rules.base, ()
+        if rules.subs:
+            tokens = tokenize(texts, every, rules.base)
+            candidates = tuple(texts[i] for i in tokens.positionals[: rules.longest_sub])
+            for size in range(len(candidates), 0, -1):
+                found = rules.subs.get(candidates[:size])
+                if found is not None:
+                    rule, sub = found, tuple(tokens.positionals[:size])
+                    break
+            else:
+                if appended:
+                    return _never(
+                        f"runs `{texts[0]}` with arguments appended from its input, which may"
+                        " name any subcommand",
+                        "classifier:appended",
+                    )
+        if rule is None:
+            shown = " ".join(texts[:2])
+            return _never(f"runs `{shown}`, which no rule knows", "classifier:unknown")
+        judgement = _Judgement(
+            rule.idempotency, rule.replay, rule.reason, rule.qualified_id, rule.network,
+            rule.approval,
+        )
+        judgement.fact(0, texts[0], ArgumentKind.PROGRAM)
+        if sub:
+            for i in sub:
+                judgement.fact(i, texts[i], ArgumentKind.SUBCOMMAND)
+            if rules.base is not None:
+                # The program's own options (before the subcommand) answer to its own rule:
+                # `git -c core.pager=… log` is decided by the `git` conditions.
+                self._apply(judgement, rules.base, texts, list(range(1, sub[0])), primary,
+                            conditions_only=True)
+            segment = list(range(sub[-1] + 1, len(texts)))
+        else:
+            segment = every
+        self._apply(judgement, rule, texts, segment, primary, conditions_only=False)
+        return judgement
+
+    def _apply(
+        self,
+        j: _Judgement,
+        rule: Rule,
+        texts: list[str],
+        segment: list[int],
+        primary: bool,
+        *,
+        conditions_only: bool,
+    ) -> None:
+        if rule.exec_segments:
+            segment = self._exec_segments(j, rule, texts, segment)
+        tokens = tokenize(texts, segment, rule, stop=rule.wraps)
+        inner_start = None
+        if rule.wraps and tokens.stop is not None and not _has_flag(tokens, rule.wrap_unless):
+            inner_start = self._wrapped(j, rule, texts, tokens.stop)
+        args: Role = rule.args
+        for cond in rule.when:
+            if _holds(cond, tokens, texts, segment):
+                if j.raise_to(cond.idempotency, cond.replay, cond.reason):
+                    j.rule_id = rule.qualified_id
+                j.network |= cond.network
+                j.approval |= cond.approval
+                if cond.args is not None:
+                    args = cond.args
+        if conditions_only or not primary:
+            return
+        for name, _, i, attached in tokens.flags:
+            role = rule.value_roles.get(name)
+            if attached and role is not None:
+                self._role_fact(j, i, texts[i], role, f"value of {name}")
+            elif i not in j.facts:
+                j.fact(i, texts[i], ArgumentKind.FLAG)
+        for i, name in tokens.values.items():
+            self._role_fact(j, i, texts[i], rule.value_roles.get(name, Role.OPAQUE),
+                            f"value of {name}")
+        positionals = tokens.positionals
+        code: list[int] = []
+        if rule.code_args:
+            code = positionals
+        elif rule.code_flag and _has_flag(tokens, (rule.code_flag,)) and positionals:
+            code = positionals[:1]
+        if code:
+            for i in code:
+                j.fact(i, texts[i], ArgumentKind.EXEC_HOOK, "shell code, classified as parts")
+            j.inner.append(("code", f"{texts[0]} {rule.code_flag}".strip(), code[0], code[-1] + 1))
+            positionals = [i for i in positionals if i not in code]
+        first = () if _has_flag(tokens, rule.first_args_unless) else rule.first_args
+        for n, i in enumerate(positionals):
+            if n < len(first):
+                role = first[n]
+            elif rule.last_arg is not None and n == len(positionals) - 1 and n > 0:
+                role = rule.last_arg
+            else:
+                role = args
+            self._role_fact(j, i, texts[i], role, "")
+        if inner_start is not None:
+            label = texts[0] if rule.subcommands == ((),) else f"{texts[0]} {rule.id}"
+            kind = "appended" if rule.wrap_appends else "command"
+            j.inner.append((kind, label, inner_start, len(texts)))
+
+    def _role_fact(self, j: _Judgement, i: int, text: str, role: Role, note: str) -> None:
+        j.fact(i, text, role.kind, note)
+        if role is Role.EXEC:
+            j.raise_to(*NEVER, f"runs a program given as an argument (`{text}`)")
+
+    def _wrapped(self, j: _Judgement, rule: Rule, texts: list[str], start: int) -> int | None:
+        """Skip a wrapper's leading operands (`timeout 5`, `env A=1`); return where the inner
+        command starts, or None when there is none."""
+        skip = rule.wrap_skip
+        i = start
+        while i < len(texts) and (skip > 0 or _ASSIGNMENT.match(texts[i])):
+            if _ASSIGNMENT.match(texts[i]):
+                j.fact(i, texts[i], ArgumentKind.OPAQUE, "environment assignment")
+                self._hijack(j, texts[i])
+            else:
+                j.fact(i, texts[i], ArgumentKind.OPAQUE)
+                skip -= 1
+            i += 1
+        if i >= len(texts):
+            return None
+        j.fact(i, texts[i], ArgumentKind.EXEC_HOOK, "runs the wrapped command (its own part)")
+        return i
+
+    def _exec_segments(
+        self, j: _Judgement, rule: Rule, texts: list[str], segment: list[int]
+    ) -> list[int]:
+        """Cut `-exec CMD … ;` out of argv; each CMD becomes an inner part."""
+        rest: list[int] = []
+        k = 0
+        while k < len(segment):
+            i = segment[k]
+            k += 1
+            if texts[i] not in rule.exec_segments:
+                rest.append(i)
+                continue
+            start = k
+            while k < len(segment) and texts[segment[k]] not in (";", "+"):
+                k += 1
+            j.fact(i, texts[i], ArgumentKind.EXEC_HOOK, "runs a command for each file")
+            if start < k:
+                j.inner.append(("command", f"{texts[0]} {texts[i]}", segment[start],
+                                segment[k - 1] + 1))
+            k += 1  # the terminator
+        return rest
+
+    # -- redirections, environment, escalation ---------------------------------------------
+
+    def _redirects(self, j: _Judgement, redirects: Sequence[Redirect]) -> None:
+        for n, r in enumerate(redirects):
+            if r.target is None:
+                continue
+            key = -1 - n  # not an argv word: facts of redirections sort before argv
+            if r.writes and r.target.text not in _NOT_FILES:
+                j.facts[key] = ArgumentFact(-1, r.target.text, ArgumentKind.FILE_WRITE,
+                                            f"redirection {r.op}")
+            elif r.reads:
+                j.facts[key] = ArgumentFact(-1, r.target.text, ArgumentKind.FILE_READ,
+                                            f"redirection {r.op}")
+
+    def _environment(self, j: _Judgement, assignments: Sequence[Word]) -> None:
+        for w in assignments:
+            self._hijack(j, w.text)
+
+    def _hijack(self, j: _Judgement, assignment: str) -> None:
+        name = assignment.partition("=")[0]
+        if name in _HIJACK_VARS or name.startswith(_HIJACK_PREFIXES):
+            j.raise_to(*NEVER, f"sets {name}, which changes which program runs or what it"
+                       " executes")
+            j.rule_id = "classifier:environment"
+
+    def _escalate(self, j: _Judgement) -> None:
+        writes = [f.text for f in j.facts.values() if f.kind is ArgumentKind.FILE_WRITE]
+        outside = [w for w in writes if self._outside_workspace(w)]
+        if outside:
+            # The write detector only sees the workspace: such a change cannot be checked.
+            j.raise_to(*NEVER, f"{j.reason}; writes `{outside[0]}`, outside the workspace")
+        elif writes and j.idempotency is Idempotency.IDEMPOTENT:
+            # A command that writes files is at best a write_file-style edit: ask.
+            shown = ", ".join(f"`{w}`" for w in writes[:3])
+            j.raise_to(Idempotency.CONDITIONAL, ReplayPolicy.ASK, f"{j.reason}; writes {shown}")
+
+    def _outside_workspace(self, target: str) -> bool:
+        """True for a write target known to be outside the workspace and the private /tmp;
+        False when it is inside or cannot be known (a variable)."""
+        if target.startswith("~"):
+            return True
+        if "$" in target or target in _NOT_FILES:
+            return False
+        if os.path.isabs(target):
+            path = os.path.normpath(target)
+        elif self.cwd is not None:
+            path = os.path.normpath(os.path.join(self.cwd, target))
+        else:
+            return False
+        if path == "/tmp" or path.startswith("/tmp/"):
+            return False
+        if self.workspace is None:
+            return os.path.isabs(target)
+        ws = os.path.normpath(self.workspace)
+        return not (path == ws or path.startswith(ws.rstrip("/") + "/"))

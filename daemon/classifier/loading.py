@@ -1,0 +1,166 @@
+"""Loading rule files into a RuleSet, and checking their examples.
+
+The built-in files are package data (``shellwardd.builtin_rules``), read with
+importlib.resources so that an installed daemon finds them; they are parsed and checked once
+per process.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.resources
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from shellward.types import CommandPart, Idempotency, ReplayPolicy
+
+from .classifier import classify_with
+from .rules import Rule, RuleFileError, parse_rule_file
+from .ruleset import RepoRules, RuleIndex, RuleSet, check_conflicts
+
+BUILTIN_PACKAGE = "shellwardd.builtin_rules"
+REPO_RULES = Path(".shellward") / "rules.toml"
+
+
+@functools.cache
+def _builtins() -> tuple[tuple[Rule, ...], RuleIndex, tuple[str, ...]]:
+    rules: list[Rule] = []
+    files: list[str] = []
+    texts: dict[str, str] = {}
+    for resource in sorted(importlib.resources.files(BUILTIN_PACKAGE).iterdir(),
+                           key=lambda r: r.name):
+        if resource.name.endswith(".toml"):
+            text = resource.read_text(encoding="utf-8")
+            path = str(resource)
+            texts[path] = text
+            files.append(path)
+            rules.extend(parse_rule_file(text, path, resource.name))
+    check_conflicts(rules)
+    index = RuleIndex.build(rules)
+    problems = check_examples(rules, index, None, texts)
+    if problems:
+        raise problems[0]
+    return tuple(rules), index, tuple(files)
+
+
+def load_rules(
+    user_file: Path | None = None,
+    repo_roots: Sequence[Path] = (),
+    trusted_repos: Sequence[Path] = (),
+) -> RuleSet:
+    """Load built-in, user and repo rules; raise RuleFileError on any broken file."""
+    builtin, index, files = _builtins()
+    stack = list(builtin)
+    if user_file is not None:
+        user, text = _read(user_file, "user")
+        check_conflicts(user)
+        stack.extend(user)
+        index = RuleIndex.build(stack)
+        _raise_first(check_examples(user, index, None, {str(user_file): text}))
+        files += (str(user_file),)
+    trusted = {os.path.abspath(p) for p in trusted_repos}
+    repos: list[RepoRules] = []
+    for root in repo_roots:
+        path = Path(root) / REPO_RULES
+        if not path.is_file():
+            continue
+        rules, text = _read(path, "repo")
+        check_conflicts(rules)
+        absolute = os.path.abspath(root)
+        if absolute in trusted:
+            merged = RuleIndex.build([*stack, *rules])
+            _raise_first(check_examples(rules, merged, None, {str(path): text}))
+            repos.append(RepoRules(absolute, True, merged))
+        else:
+            own = RuleIndex.build(rules)
+            _raise_first(check_examples(rules, index, own, {str(path): text}))
+            repos.append(RepoRules(absolute, False, own))
+        files += (str(path),)
+    return RuleSet(index, tuple(repos), files)
+
+
+def check_rule_file(path: Path) -> list[str]:
+    """Every problem of one rule file, layered over the built-ins, as ``file:line: …``."""
+    try:
+        rules, text = _read(Path(path), "user")
+        check_conflicts(rules)
+        builtin, _, _ = _builtins()
+        index = RuleIndex.build([*builtin, *rules])
+    except RuleFileError as exc:
+        return [str(exc)]
+    return [str(p) for p in check_examples(rules, index, None, {str(path): text})]
+
+
+def _read(path: Path, source: str) -> tuple[list[Rule], str]:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RuleFileError(str(path), 1, f"cannot read the rule file: {exc}") from exc
+    return parse_rule_file(text, str(path), source), text
+
+
+def _raise_first(problems: list[RuleFileError]) -> None:
+    if problems:
+        raise problems[0]
+
+
+def check_examples(
+    rules: Sequence[Rule],
+    index: RuleIndex,
+    constraints: RuleIndex | None,
+    texts: dict[str, str],
+) -> list[RuleFileError]:
+    """Run every ``match`` / ``not_match`` example; one error per failing example."""
+    problems: list[RuleFileError] = []
+
+    def check(rule: Rule, example: str, verdict: tuple[Idempotency, ReplayPolicy],
+              should_match: bool, line: int) -> None:
+        parts = classify_with(example, index, constraints, cwd=None, workspace=None).parts
+        mine = [p for p in parts if p.rule_id == rule.qualified_id]
+        matched = any((p.idempotency, p.replay_policy) == verdict for p in mine)
+        if matched == should_match:
+            return
+        expected = f"{verdict[0].value}/{verdict[1].value}"
+        if should_match:
+            what = f"should be {expected} by rule `{rule.id}`"
+        else:
+            what = f"should not be {expected} by rule `{rule.id}`, but it is"
+        hint = "" if constraints is None else (
+            " (this repo is not trusted: its rules can only make verdicts stricter)"
+        )
+        problems.append(RuleFileError(
+            rule.path,
+            _line_of(texts.get(rule.path, ""), example, line),
+            f"example `{example}` {what}; got {_describe(parts, mine)}{hint}",
+        ))
+
+    for rule in rules:
+        base = (rule.idempotency, rule.replay)
+        for example in rule.match:
+            check(rule, example, base, True, rule.line)
+        for example in rule.not_match:
+            check(rule, example, base, False, rule.line)
+        for cond in rule.when:
+            raised = (max(rule.idempotency, cond.idempotency), max(rule.replay, cond.replay))
+            for example in cond.match:
+                check(rule, example, raised, True, cond.line)
+            for example in cond.not_match:
+                check(rule, example, raised, False, cond.line)
+    return problems
+
+
+def _describe(parts: Sequence[CommandPart], mine: Sequence[CommandPart]) -> str:
+    part = mine[0] if mine else max(
+        parts, key=lambda p: (p.replay_policy.rank, p.idempotency.rank)
+    )
+    return (f"{part.idempotency.value}/{part.replay_policy.value} from `{part.rule_id}`"
+            f" ({part.reason})")
+
+
+def _line_of(text: str, example: str, after: int) -> int:
+    lines = text.splitlines()
+    for n in range(after - 1, len(lines)):
+        if example in lines[n]:
+            return n + 1
+    return after
