@@ -87,6 +87,8 @@ class IndexNotReady(WatchError, TimeoutError):
 
 @dataclass(frozen=True)
 class IndexProgress:
+    """How far the index is: ``shellward status`` shows "indexing 41,200 / 100,000 files"."""
+
     state: MonitorState
     files_done: int
     files_total: int
@@ -95,6 +97,9 @@ class IndexProgress:
 
 @dataclass(frozen=True)
 class CallEffects:
+    """What one call changed. ``from_rescan``: found by a full stat scan (events were
+    lost), ``note`` says why; ``overlapped``: other calls ran in the same window."""
+
     effects: tuple[FileEffect, ...]
     from_rescan: bool = False
     note: str = ""
@@ -287,12 +292,14 @@ class WorkspaceMonitor:
                 self._calls.pop(call.watch.call_id, None)
             self._gate.release(exclusive=exclusive)
             raise
-        self._open_calls[call.watch.call_id] = call
+        with self._lock:
+            self._open_calls[call.watch.call_id] = call
         return call.watch
 
     def finish_call(self, watch: CallWatch) -> CallEffects:
         """Close the call's window (the command has exited) and return what it changed."""
-        call = self._open_calls.pop(watch.call_id)
+        with self._lock:
+            call = self._open_calls.pop(watch.call_id)
         try:
             self._barrier(call, opening=False)
             with self._index_lock:

@@ -15,7 +15,7 @@ import pytest
 from watchdog.observers import inotify_c
 
 from shellward.types import EffectKind, FileEffect
-from shellwardd.watch import WorkspaceMonitor
+from shellwardd.watch import IndexProgress, WorkspaceMonitor
 from shellwardd.watch.hashing import probe
 from shellwardd.watch.paths import PathFilter
 from shellwardd.watch.scan import walk
@@ -235,7 +235,7 @@ def test_call_started_before_the_index_is_ready_is_exact(ws: Path, state_dir: Pa
                 7,
             ),
         )
-        assert monitor.progress() == type(monitor.progress())("ready", 2000, 2000, "")
+        assert monitor.progress() == IndexProgress("ready", 2000, 2000, "")
     finally:
         monitor.stop()
 

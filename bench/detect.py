@@ -1,0 +1,244 @@
+"""The write detector's costs against workspace size, and against git doing the same job.
+
+For each size it generates a workspace under /tmp (files of ~10 KB, 20 per directory),
+then measures:
+
+- cold index build (fresh process, empty state dir) vs ``git hash-object --stdin-paths``
+  over the same file list: git's C implementation of "hash every file";
+- warm restart re-validation (fresh process, persisted index) vs ``git status`` on the
+  same tree (git init + add + commit first, untimed) — both re-stat every file;
+- RSS of a process holding the index (VmRSS and peak VmHWM, from /proc/self/status);
+- per-call overhead of an empty call (begin_call / run ``true`` / finish_call): the
+  detector's part alone and the whole call, median over many calls;
+- post-processing (finish_call, after the process exited) for a call writing 100 files
+  and for ``cp -r`` of 2,000 files.
+
+Every ratio is printed side by side, met or not. Workspaces are removed afterwards.
+
+    python bench/detect.py [--sizes 1000,10000,100000] [--calls 200]
+
+Targets (issue 4): empty-call overhead at the largest size / at the smallest ≤ 1.1;
+post-processing ≤ 5 ms (100 files) and ≤ 100 ms (cp -r of 2,000 files); cold build /
+git hash-object ≤ 1.0; warm restart / git status ≤ 1.0; RSS with 100k files ≤ 150 MB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from shellwardd.watch import WorkspaceMonitor  # noqa: E402
+
+FILE_SIZE = 10 * 1024
+PER_DIR = 20
+GIT = ["git", "-c", "user.name=bench", "-c", "user.email=bench@example.com", "-c", "gc.auto=0"]
+
+
+def generate(root: Path, count: int) -> list[str]:
+    """``count`` distinct ~10 KB files, ``PER_DIR`` per directory; their relative paths."""
+    block = os.urandom(FILE_SIZE)
+    paths = []
+    for i in range(count):
+        rel = f"d{i // PER_DIR // 100:03d}/d{i // PER_DIR % 100:02d}/f{i:06d}.dat"
+        path = root / rel
+        if i % PER_DIR == 0:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(i.to_bytes(8, "little") + block[8:])
+        paths.append(rel)
+    return paths
+
+
+def proc_status_mb(field: str) -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def child(ws: Path, state: Path) -> None:
+    """A fresh process, like a daemon (re)start: index the workspace, report time and RSS."""
+    start = time.perf_counter()
+    monitor = WorkspaceMonitor(ws, state)
+    monitor.start()
+    monitor.wait_ready()
+    seconds = time.perf_counter() - start
+    files = monitor.progress().files_total
+    rss, hwm = proc_status_mb("VmRSS"), proc_status_mb("VmHWM")
+    monitor.stop()
+    print(json.dumps({"seconds": seconds, "files": files, "rss_mb": rss, "hwm_mb": hwm}))
+
+
+def run_child(ws: Path, state: Path) -> dict[str, float]:
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", str(ws), str(state)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    result: dict[str, float] = json.loads(out.strip().splitlines()[-1])
+    return result
+
+
+def timed(argv: list[str], cwd: Path, stdin: str | None = None) -> float:
+    start = time.perf_counter()
+    subprocess.run(argv, cwd=cwd, input=stdin, text=True, check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def calls(monitor: WorkspaceMonitor, count: int) -> tuple[float, float]:
+    """Median (detector-only, whole-call) seconds of an empty call running `true`."""
+    own, whole = [], []
+    for _ in range(count):
+        t0 = time.perf_counter()
+        watch = monitor.begin_call()
+        t1 = time.perf_counter()
+        subprocess.run(["true"], cwd=monitor.root, check=True)
+        t2 = time.perf_counter()
+        effects = monitor.finish_call(watch)
+        t3 = time.perf_counter()
+        assert not effects.effects, effects
+        own.append((t1 - t0) + (t3 - t2))
+        whole.append(t3 - t0)
+    return statistics.median(own), statistics.median(whole)
+
+
+def post_processing(monitor: WorkspaceMonitor, command: str, expect: int) -> float:
+    watch = monitor.begin_call()
+    subprocess.run(command, shell=True, cwd=monitor.root, check=True)
+    start = time.perf_counter()
+    effects = monitor.finish_call(watch)
+    seconds = time.perf_counter() - start
+    assert len(effects.effects) == expect and not effects.from_rescan, (command, effects.note)
+    return seconds
+
+
+def measure(size: int, ncalls: int, base: Path, copy_source: Path) -> dict[str, float]:
+    ws = base / f"ws-{size}"
+    state = base / f"state-{size}"
+    paths = generate(ws, size)
+    r: dict[str, float] = {"files": size}
+
+    r["git_hash_object_s"] = timed(
+        ["git", "hash-object", "--stdin-paths"], ws, "\n".join(paths) + "\n"
+    )
+    cold = run_child(ws, state)
+    assert cold["files"] == size, cold
+    r["cold_build_s"] = cold["seconds"]
+
+    subprocess.run(["git", "init", "-q"], cwd=ws, check=True)
+    subprocess.run([*GIT, "-c", "core.compression=0", "add", "-A"], cwd=ws, check=True)
+    subprocess.run([*GIT, "commit", "-qm", "bench"], cwd=ws, check=True)
+    status = ["git", "status", "--porcelain"]
+    timed(status, ws)  # settles git's own racy entries, as a user's repository would be
+    r["git_status_s"] = statistics.median(timed(status, ws) for _ in range(3))
+    warm = run_child(ws, state)
+    r["warm_restart_s"] = warm["seconds"]
+    r["rss_mb"], r["hwm_mb"] = warm["rss_mb"], warm["hwm_mb"]
+
+    monitor = WorkspaceMonitor(ws, state)
+    monitor.start()
+    monitor.wait_ready()
+    try:
+        calls(monitor, 20)  # warm-up
+        r["call_own_s"], r["call_whole_s"] = calls(monitor, ncalls)
+        r["write100_s"] = statistics.median(
+            post_processing(
+                monitor, f"mkdir w{n} && for i in $(seq 1 100); do echo $i > w{n}/f$i; done", 100
+            )
+            for n in range(5)
+        )
+        r["cp2000_s"] = statistics.median(
+            post_processing(monitor, f"cp -r {copy_source} copy{n}", 2000) for n in range(3)
+        )
+    finally:
+        monitor.stop()
+        shutil.rmtree(ws)
+        shutil.rmtree(state)
+    return r
+
+
+def report(results: list[dict[str, float]]) -> None:
+    small = results[0]
+
+    def row(label: str, values: list[str], target: str = "") -> None:
+        print(f"{label:<44}" + "".join(f"{v:>14}" for v in values) + f"   {target}")
+
+    row("files", [f"{int(r['files']):,}" for r in results])
+    row("cold index build (s)", [f"{r['cold_build_s']:.3f}" for r in results])
+    row("git hash-object --stdin-paths (s)", [f"{r['git_hash_object_s']:.3f}" for r in results])
+    row(
+        "  ratio cold build / git hash-object",
+        [f"{r['cold_build_s'] / r['git_hash_object_s']:.2f}" for r in results],
+        "target <= 1.0",
+    )
+    row("warm restart re-validation (s)", [f"{r['warm_restart_s']:.3f}" for r in results])
+    row("git status (s)", [f"{r['git_status_s']:.3f}" for r in results])
+    row(
+        "  ratio warm restart / git status",
+        [f"{r['warm_restart_s'] / r['git_status_s']:.2f}" for r in results],
+        "target <= 1.0",
+    )
+    row("RSS holding the index (MB)", [f"{r['rss_mb']:.1f}" for r in results], "target <= 150")
+    row("  peak RSS, VmHWM (MB)", [f"{r['hwm_mb']:.1f}" for r in results])
+    row("empty call, detector part (ms)", [f"{r['call_own_s'] * 1e3:.2f}" for r in results])
+    row(
+        "  ratio vs smallest workspace",
+        [f"{r['call_own_s'] / small['call_own_s']:.2f}" for r in results],
+        "target <= 1.1",
+    )
+    row("empty call, whole (ms)", [f"{r['call_whole_s'] * 1e3:.2f}" for r in results])
+    row(
+        "  ratio vs smallest workspace",
+        [f"{r['call_whole_s'] / small['call_whole_s']:.2f}" for r in results],
+        "target <= 1.1",
+    )
+    row(
+        "post-processing, 100 files written (ms)",
+        [f"{r['write100_s'] * 1e3:.1f}" for r in results],
+        "target <= 5",
+    )
+    row(
+        "post-processing, cp -r of 2,000 files (ms)",
+        [f"{r['cp2000_s'] * 1e3:.1f}" for r in results],
+        "target <= 100",
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default="1000,10000,100000", help="workspace sizes in files")
+    parser.add_argument("--calls", type=int, default=200, help="empty calls per size")
+    parser.add_argument("--child", nargs=2, metavar=("WS", "STATE"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(Path(args.child[0]), Path(args.child[1]))
+        return
+    sizes = [int(s) for s in args.sizes.split(",")]
+    base = Path(tempfile.mkdtemp(prefix="shellward-bench-detect-", dir="/tmp"))
+    try:
+        copy_source = base / "copy-source"
+        generate(copy_source, 2000)
+        results = []
+        for size in sizes:
+            print(f"measuring {size:,} files ...", file=sys.stderr, flush=True)
+            results.append(measure(size, args.calls, base, copy_source))
+        print(f"cpus: {os.cpu_count()}, python {sys.version.split()[0]}, {sys.platform}")
+        report(results)
+    finally:
+        shutil.rmtree(base)
+
+
+if __name__ == "__main__":
+    main()
