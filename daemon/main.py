@@ -108,7 +108,7 @@ def run(*, config: Config) -> int:
         config=config,
         sandbox_enabled=sandbox.enabled,
         sandbox_detail=sandbox.detail,
-        rule_sources=tuple(str(source) for source in rules.sources),
+        rule_sources=rules.files,
         started_at=time.time(),
     )
     try:

@@ -160,10 +160,7 @@ class Runtime:
             del self._claimed[identity]
         if decision.action is Action.RETURN_RECORDED:
             return _result_from_entry(previous, replayed=True)
-        return replace(
-            _result_from_entry(previous),
-            ok=False, code=decision.code, content=decision.content, retryable=decision.retryable,
-        )  # fmt: skip
+        return _refusal(decision, previous.call_id, identity, previous)
 
     def _run_new(
         self, call_id: str, input_hash: str, request: CommandRequest, listener: CallListener
@@ -456,17 +453,23 @@ def _result_from_entry(entry: LedgerEntry, *, replayed: bool = False) -> Command
     )
 
 
-def _refusal(decision: Decision, call_id: str, identity: tuple[str, str]) -> CommandResult:
-    """An answer for a request that was refused before any ledger entry of its own."""
+def _refusal(
+    decision: Decision,
+    call_id: str,
+    identity: tuple[str, str],
+    previous: LedgerEntry | None = None,
+) -> CommandResult:
+    """An answer that runs nothing; it names the call it is about, without its output."""
     return CommandResult(
         ok=False,
         code=decision.code,
         content=decision.content,
         call_id=call_id,
         retryable=decision.retryable,
-        idempotency=Idempotency.NON_IDEMPOTENT,
-        replay_policy=ReplayPolicy.NEVER,
-        status=CallStatus.FAILED,
+        idempotency=previous.idempotency if previous else Idempotency.NON_IDEMPOTENT,
+        replay_policy=previous.replay_policy if previous else ReplayPolicy.NEVER,
+        status=previous.status if previous else CallStatus.FAILED,
+        verdict=previous.verdict if previous else None,
         run_id=identity[0],
         step_id=identity[1],
     )

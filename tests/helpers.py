@@ -7,8 +7,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from shellward import Client
@@ -25,7 +25,8 @@ class Daemon:
     state_dir: Path
     workspace: Path
     log: Path
-    extra_args: Sequence[str] = field(default_factory=tuple)
+    # The line the daemon printed when it started listening.
+    banner: str = ""
 
     def client(self, **kwargs: object) -> Client:
         return Client(self.socket, **kwargs)  # type: ignore[arg-type]
@@ -74,7 +75,7 @@ def start_daemon(
     if "listening on" not in line:
         process.kill()
         raise RuntimeError(f"shellwardd did not start: {line!r}\n{log.read_text()}")
-    return Daemon(process, socket, state_dir, workspace, log, args)
+    return Daemon(process, socket, state_dir, workspace, log, line.strip())
 
 
 def wait_for(predicate: Callable[[], object], timeout: float = 20.0) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from shellward.types import Idempotency, ReplayPolicy, Verdict
 from shellwardd.classifier import Classifier, load_rules
 

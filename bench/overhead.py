@@ -1,0 +1,111 @@
+"""What the daemon adds to a sandboxed `true`: RunCommand through the client vs a bare spawn.
+
+Both sides run the same bwrap profile (the daemon's own Sandbox.argv), interleaved in one
+process so that machine noise hits both alike. Also prints a breakdown: an empty gRPC round
+trip, the three ledger commits of a call, and the classification.
+
+    python bench/overhead.py [--runs 300]
+
+Target (issue 2): median ratio daemon / bare ≤ 1.3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from shellward import Client  # noqa: E402
+from shellward.types import CallStatus, Idempotency, LedgerEntry, ReplayPolicy  # noqa: E402
+from shellwardd.classifier import Classifier, load_rules  # noqa: E402
+from shellwardd.config import Limits  # noqa: E402
+from shellwardd.ledger import Ledger  # noqa: E402
+from shellwardd.sandbox import Sandbox, SandboxSpec  # noqa: E402
+from tests.helpers import start_daemon  # noqa: E402
+
+
+def _ms(samples: list[float]) -> tuple[float, float]:
+    ordered = sorted(samples)
+    p95 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))]
+    return statistics.median(ordered) * 1000, p95 * 1000
+
+
+def _time(action: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    action()
+    return time.perf_counter() - start
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=300)
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="shellward-bench-") as tmp:
+        base = Path(tmp)
+        workspace = base / "ws"
+        workspace.mkdir()
+        daemon = start_daemon(base / "s.sock", base / "state", workspace)
+        sandbox = Sandbox()
+        sandbox.check()
+        spec = SandboxSpec(
+            "true", workspace, workspace, {}, False, 60.0, Limits(), 1 << 20,
+            hidden=(base / "state", base),
+        )  # fmt: skip
+        bare_argv = sandbox.argv(spec, None)
+        ledger = Ledger(base / "bench-ledger.sqlite3")
+        classifier = Classifier(load_rules())
+        try:
+            with daemon.client() as client:
+                for _ in range(20):  # warm up both paths
+                    client.run_command("true", cwd=workspace)
+                    subprocess.run(bare_argv, check=True)
+                daemon_s, bare_s, rpc_s, ledger_s, classify_s = [], [], [], [], []
+                for i in range(args.runs):
+                    daemon_s.append(_time(lambda: client.run_command("true", cwd=workspace)))
+                    bare_s.append(_time(lambda: subprocess.run(bare_argv, check=True)))
+                    rpc_s.append(_time(client.status))
+                    ledger_s.append(_time(lambda i=i: _three_commits(ledger, f"c{i}")))
+                    classify_s.append(_time(lambda: classifier.classify("true")))
+        finally:
+            daemon.stop()
+            ledger.close()
+
+    d_med, d_p95 = _ms(daemon_s)
+    b_med, b_p95 = _ms(bare_s)
+    print(f"runs: {args.runs} (interleaved)")
+    print(f"RunCommand('true') via client   median {d_med:7.2f} ms   p95 {d_p95:7.2f} ms")
+    print(f"bare bwrap spawn (same profile) median {b_med:7.2f} ms   p95 {b_p95:7.2f} ms")
+    print(f"ratio daemon/bare               median {d_med / b_med:7.2f}      p95 "
+          f"{d_p95 / b_p95:7.2f}   (target <= 1.30)")  # fmt: skip
+    print("breakdown (medians):")
+    for label, samples in (
+        ("empty gRPC round trip (GetStatus)", rpc_s),
+        ("ledger: record + started + finish", ledger_s),
+        ("classify('true')", classify_s),
+    ):
+        print(f"  {label:36s} {_ms(samples)[0]:7.2f} ms")
+    return 0
+
+
+def _three_commits(ledger: Ledger, call_id: str) -> None:
+    entry = LedgerEntry(
+        call_id, "bench", call_id, "run_command", "sha256:x", CallStatus.PLANNED,
+        Idempotency.IDEMPOTENT, ReplayPolicy.AUTO, command="true", created_at=time.time(),
+    )  # fmt: skip
+    ledger.record(entry)
+    ledger.mark_started(call_id, time.time())
+    ledger.finish(replace(entry, status=CallStatus.SUCCEEDED, finished_at=time.time()))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
