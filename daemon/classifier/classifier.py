@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from shellward.types import CommandPart, ReplayPolicy, Verdict
 
-from .engine import Analyzer
+from .engine import RANK, Analyzer
 from .parse import is_blank
 from .ruleset import RuleIndex, RuleSet
 
@@ -54,12 +54,12 @@ def classify_with(
 
 
 def _verdict(command: str, parts: list[CommandPart]) -> Verdict:
-    idempotency = max(p.idempotency for p in parts)
-    replay = max(p.replay_policy for p in parts)
     deciding = max(
         range(len(parts)),
-        key=lambda n: (parts[n].replay_policy.rank, parts[n].idempotency.rank, -n),
+        key=lambda n: (RANK[parts[n].replay_policy], RANK[parts[n].idempotency], -n),
     )
+    idempotency = max((p.idempotency for p in parts), key=RANK.__getitem__)
+    replay = parts[deciding].replay_policy
     part = parts[deciding]
     where = f" (in {part.context})" if part.context else ""
     of = f"; worst of {len(parts)} parts" if len(parts) > 1 else ""

@@ -21,6 +21,12 @@ from .rules import Condition, Role, Rule
 from .ruleset import ProgramRules, RuleIndex
 
 NEVER = (Idempotency.NON_IDEMPOTENT, ReplayPolicy.NEVER)
+# Strictness ranks, looked up instead of the enums' own ordering (which lists the members
+# on every comparison): comparisons are the engine's inner loop.
+RANK: dict[Idempotency | ReplayPolicy, int] = {
+    **{m: n for n, m in enumerate(Idempotency)},
+    **{m: n for n, m in enumerate(ReplayPolicy)},
+}
 # Code inside code inside code…: beyond this the engine stops following and fails closed.
 MAX_DEPTH = 8
 # An absolute path in one of these directories is the program its basename names.
@@ -159,9 +165,13 @@ class _Judgement:
     inner: list[tuple[str, str, int, int]] = field(default_factory=list)
 
     def raise_to(self, idempotency: Idempotency, replay: ReplayPolicy, reason: str) -> bool:
-        if idempotency > self.idempotency or replay > self.replay:
-            self.idempotency = max(self.idempotency, idempotency)
-            self.replay = max(self.replay, replay)
+        higher_idempotency = RANK[idempotency] > RANK[self.idempotency]
+        higher_replay = RANK[replay] > RANK[self.replay]
+        if higher_idempotency:
+            self.idempotency = idempotency
+        if higher_replay:
+            self.replay = replay
+        if higher_idempotency or higher_replay:
             self.reason = reason
             return True
         return False

@@ -76,8 +76,8 @@ def error(path: Path) -> RuleFileError:
         ("rule = [{program = 'x'}]\n", 1, "write each rule as its own `[[rule]]`"),
         (
             "\n\n[[rule]]\nprogram = 'rm'\nidempotency = 'non_idempotent'\nreplay = 'never'\n"
-            "reason = 'r'\nwhen = [\n  { flags = ['-f'], idempotency = 'idempotent', reason = 'x' },"
-            "\n]\n",
+            "reason = 'r'\nwhen = [\n"
+            "  { flags = ['-f'], idempotency = 'idempotent', reason = 'x' },\n]\n",
             8,
             "may only make the verdict stricter",
         ),
