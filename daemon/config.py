@@ -47,6 +47,7 @@ class Config:
     limits: Limits = field(default_factory=Limits)
     user_rules: Path | None = None
     trusted_repos: tuple[Path, ...] = ()
+    ignore_globs: tuple[str, ...] = ()
     log_level: str = "info"
 
     @property
@@ -161,6 +162,13 @@ _OPTIONS = (
         "A repository whose .shellward/rules.toml may loosen verdicts; repeatable.",
         repeatable=True,
     ),
+    _Option(
+        "--ignore",
+        "SHELLWARD_IGNORE",
+        "A glob of workspace paths the write detector neither indexes nor reports "
+        "(e.g. node_modules, '*.pyc'); repeatable (the variable takes a ':'-separated list).",
+        repeatable=True,
+    ),
     _Option("--log-level", "SHELLWARD_LOG_LEVEL", "debug, info, warning or error (default info)."),
 )
 
@@ -179,9 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
                 option.flag, dest=dest, action="store_true", default=None, help=help_text
             )
         elif option.repeatable:
-            parser.add_argument(
-                option.flag, dest=dest, action="append", metavar="PATH", help=help_text
-            )
+            parser.add_argument(option.flag, dest=dest, action="append", help=help_text)
         else:
             parser.add_argument(option.flag, dest=dest, type=option.kind, help=help_text)
     return parser
@@ -292,5 +298,6 @@ def _validate(values: dict[str, object]) -> Config:
         trusted_repos=tuple(
             Path(p).expanduser().resolve() for p in values.get("trusted_repo") or ()
         ),  # type: ignore[attr-defined]
+        ignore_globs=tuple(values.get("ignore") or ()),  # type: ignore[arg-type]
         log_level=log_level,
     )

@@ -5,6 +5,7 @@
     ├── PermissionDenied       outside the allowed workspaces, or refused by policy
     ├── NotFound               unknown call id
     ├── SandboxUnavailable     bwrap missing or unusable
+    ├── Unavailable            busy right now (shutting down, still indexing): retry
     └── ConfigError            bad flags or environment at start-up
 
 ``shellwardd.server`` maps codes to gRPC status codes in one table.
@@ -38,6 +39,11 @@ class NotFound(ShellwardError):
 
 class SandboxUnavailable(ShellwardError):
     code = Code.SANDBOX_ERROR
+
+
+class Unavailable(ShellwardError):
+    code = Code.UNAVAILABLE
+    retryable = True
 
 
 class ConfigError(ShellwardError):

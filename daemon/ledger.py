@@ -87,7 +87,7 @@ _FINAL_COLUMNS = (
     "status", "exit_code", "code", "content", "file_effects", "finished_at",
     "stdout", "stdout_total", "stdout_truncated", "stdout_sha256",
     "stderr", "stderr_total", "stderr_truncated", "stderr_sha256",
-    "unexpected_writes", "effects_from_rescan", "note", "replay_policy",
+    "unexpected_writes", "effects_from_rescan", "note", "idempotency", "replay_policy",
 )  # fmt: skip
 
 

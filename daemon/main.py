@@ -23,6 +23,7 @@ from shellwardd.ledger import Ledger, LedgerError
 from shellwardd.runtime import Runtime
 from shellwardd.sandbox import Sandbox
 from shellwardd.server import DaemonInfo, Listeners
+from shellwardd.watch import WorkspaceMonitor
 
 EXIT_OK = 0
 EXIT_CONFIG = 2
@@ -97,11 +98,19 @@ def run(*, config: Config) -> int:
         log.warning("calls left running by a previous daemon are now uncertain",
                     extra={"call_ids": recovered})  # fmt: skip
 
+    # Index every workspace in the background; the first call in one waits for it.
+    monitors = {
+        root: WorkspaceMonitor(root, config.state_dir / "index", config.ignore_globs)
+        for root in config.workspaces
+    }
+    for monitor in monitors.values():
+        monitor.start()
     runtime = Runtime(
         config,
         ledger,
         lambda command, cwd, workspace: classifier.classify(command, cwd=cwd, workspace=workspace),
         sandbox,
+        monitors,
     )
     info = DaemonInfo(
         version=daemon_version(),
@@ -116,6 +125,8 @@ def run(*, config: Config) -> int:
         listeners.start()
     except (ShellwardError, RuntimeError) as exc:
         print(f"shellwardd: cannot listen: {exc}", file=sys.stderr)
+        for monitor in monitors.values():
+            monitor.stop()
         ledger.close()
         return EXIT_CONFIG
 
@@ -131,6 +142,8 @@ def run(*, config: Config) -> int:
 
     signals.should_exit.wait()
     _shutdown(config, runtime, listeners, ledger, signals)
+    for monitor in monitors.values():
+        monitor.stop()
     return EXIT_OK
 
 

@@ -28,12 +28,21 @@ from shellward.types import (
     OutputChunk,
     ReplayPolicy,
     Verdict,
+    WorkspaceStatus,
 )
 from shellwardd.config import MAX_COMMAND_BYTES, Config, Limits
-from shellwardd.errors import InvalidArgument, NotFound, PermissionDenied, ShellwardError
+from shellwardd.errors import (
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    ShellwardError,
+    Unavailable,
+)
 from shellwardd.ledger import Ledger
 from shellwardd.replay import Action, Decision, decide, in_progress, mismatch
 from shellwardd.sandbox import ProcessOutcome, Sandbox, SandboxSpec
+from shellwardd.watch import CallEffects, WorkspaceMonitor
+from shellwardd.watch.paths import COOKIE_DIR
 
 log = logging.getLogger("shellwardd.runtime")
 
@@ -67,12 +76,18 @@ Classify = Callable[[str, str | None, str | None], Verdict]
 
 class Runtime:
     def __init__(
-        self, config: Config, ledger: Ledger, classify: Classify, sandbox: Sandbox
+        self,
+        config: Config,
+        ledger: Ledger,
+        classify: Classify,
+        sandbox: Sandbox,
+        monitors: Mapping[Path, WorkspaceMonitor],
     ) -> None:
         self._config = config
         self._ledger = ledger
         self._classify = classify
         self._sandbox = sandbox
+        self._monitors = monitors
         self._lock = threading.Lock()
         # (run_id, step_id) → (call_id, input_hash) of the call being decided or run.
         self._claimed: dict[tuple[str, str], tuple[str, str]] = {}
@@ -86,6 +101,21 @@ class Runtime:
     def running_count(self) -> int:
         with self._lock:
             return len(self._running)
+
+    def workspace_status(self) -> tuple[WorkspaceStatus, ...]:
+        statuses = []
+        for root, monitor in self._monitors.items():
+            progress = monitor.progress()
+            statuses.append(
+                WorkspaceStatus(
+                    str(root),
+                    progress.state,
+                    progress.files_done,
+                    progress.files_total,
+                    progress.note,
+                )
+            )
+        return tuple(statuses)
 
     def classify(self, command: str, cwd: str = "") -> Verdict:
         _check_command(command)
@@ -181,7 +211,7 @@ class Runtime:
         )
         try:
             if not self._accepting:
-                raise ShellwardError("the daemon is shutting down; retry once it is back")
+                raise Unavailable("the daemon is shutting down; retry once it is back")
             timeout = self._timeout(request.timeout_seconds)
             _check_command(request.command)
             _check_env(request.env)
@@ -215,6 +245,21 @@ class Runtime:
 
         self._ledger.record(entry)
         listener.accepted(call_id, verdict)
+        monitor = self._monitors[workspace]
+        # Calls that may write run alone in their workspace: inotify cannot tell two
+        # writers apart. Read-only calls share it.
+        try:
+            watch = monitor.begin_call(
+                exclusive=verdict.idempotency is not Idempotency.IDEMPOTENT, timeout=timeout
+            )
+        except TimeoutError:
+            progress = monitor.progress()
+            return self._fail_planned(
+                entry, Code.UNAVAILABLE,
+                f"The workspace was busy (indexing: {progress.files_done:,} / "
+                f"{progress.files_total:,} files, or another writing call) for the whole "
+                f"timeout of {timeout:g}s; nothing ran. Retry in a moment.",
+            )  # fmt: skip
         cancel = threading.Event()
         with self._lock:
             self._running[call_id] = cancel
@@ -232,9 +277,13 @@ class Runtime:
                 limits=request.limits or self._config.limits,
                 output_cap=self._config.output_cap_bytes,
                 hidden=(self._config.state_dir, self._config.socket.parent),
+                read_only=(workspace / COOKIE_DIR,),
             )
-            outcome = self._sandbox.run(spec, listener.output, cancel)
-            final = _finish(entry, outcome, time.time())
+            try:
+                outcome = self._sandbox.run(spec, listener.output, cancel)
+            finally:
+                effects = monitor.finish_call(watch)
+            final = _reconcile(_finish(entry, outcome, time.time()), effects)
             self._ledger.finish(final)
         finally:
             with self._lock:
@@ -245,6 +294,14 @@ class Runtime:
             extra={"call_id": call_id, "status": final.status.value, "code": final.code.value,
                    "exit_code": final.exit_code, "duration": round(outcome.duration, 3)},
         )  # fmt: skip
+        return _result_from_entry(final)
+
+    def _fail_planned(self, entry: LedgerEntry, code: Code, message: str) -> CommandResult:
+        """A planned call that could not start: nothing ran."""
+        final = replace(
+            entry, status=CallStatus.FAILED, code=code, content=message, finished_at=time.time()
+        )
+        self._ledger.finish(final, f"not started: {code.value}")
         return _result_from_entry(final)
 
     def _fail_before_start(self, entry: LedgerEntry, code: Code, message: str) -> CommandResult:
@@ -415,6 +472,37 @@ def _finish(entry: LedgerEntry, outcome: ProcessOutcome, now: float) -> LedgerEn
         content=f"The command exited with status {outcome.exit_code}; stderr says why. Fix the "
         "cause before running it again.",
     )  # fmt: skip
+
+
+def _reconcile(entry: LedgerEntry, observed: CallEffects) -> LedgerEntry:
+    """Put the observed file effects on the entry; a "read-only" call that wrote is
+    downgraded for replay, with the reason naming the files."""
+    notes = [observed.note] if observed.note else []
+    changes: dict[str, object] = {}
+    content = entry.content
+    if observed.effects:
+        paths = [effect.path for effect in observed.effects]
+        shown = ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
+        content += f" It changed {len(paths)} file(s): {shown}."
+    if observed.effects and entry.idempotency is Idempotency.IDEMPOTENT:
+        notes.append(
+            f"classified idempotent but wrote {len(paths)} file(s): {shown}; replay now needs "
+            "a check (at least ask)"
+        )
+        content += " It was expected to only read, so replaying it now needs a check."
+        changes = {
+            "unexpected_writes": True,
+            "idempotency": Idempotency.CONDITIONAL,
+            "replay_policy": max(entry.replay_policy, ReplayPolicy.ASK),
+        }
+    return replace(
+        entry,
+        content=content,
+        file_effects=observed.effects,
+        effects_from_rescan=observed.from_rescan,
+        note="; ".join(filter(None, [entry.note, *notes])),
+        **changes,  # type: ignore[arg-type]
+    )
 
 
 def _retryable(entry: LedgerEntry) -> bool:

@@ -54,6 +54,9 @@ class SandboxSpec:
     output_cap: int
     # Extra paths to hide (the daemon's state dir and socket dir).
     hidden: Sequence[Path] = ()
+    # Paths inside the workspace the command may read but not write (the write
+    # detector's cookie directory: a forged cookie would close a call's window early).
+    read_only: Sequence[Path] = ()
 
 
 @dataclass(frozen=True)
@@ -175,6 +178,9 @@ class Sandbox:
         for path in spec.hidden:
             if path.is_dir() and not _is_inside(spec.workspace, path):
                 args += ["--tmpfs", str(path)]
+        for path in spec.read_only:
+            if path.exists():
+                args += ["--ro-bind", str(path), str(path)]
         args += ["--chdir", str(spec.cwd)]
         return args
 

@@ -43,6 +43,7 @@ _STATUS = {
     Code.SANDBOX_ERROR: grpc.StatusCode.FAILED_PRECONDITION,
     Code.IN_PROGRESS: grpc.StatusCode.ABORTED,
     Code.IDEMPOTENCY_KEY_MISMATCH: grpc.StatusCode.ALREADY_EXISTS,
+    Code.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
 }
 
 
@@ -133,6 +134,16 @@ class ShellwardServicer(pb_grpc.ShellwardServicer):
             uptime_seconds=time.time() - info.started_at,
             rule_sources=list(info.rule_sources),
             tcp_address=info.config.tcp or "",
+            workspace_status=[
+                pb.WorkspaceStatus(
+                    root=w.root,
+                    state=w.state,
+                    files_done=w.files_done,
+                    files_total=w.files_total,
+                    note=w.note,
+                )
+                for w in self._runtime.workspace_status()
+            ],
         )
 
 
