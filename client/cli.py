@@ -1,0 +1,567 @@
+"""``shellward``: run commands through the daemon, read its ledger, classify, check rules.
+
+Each sub-command is one small function: parse → one client call → render (``_render``).
+Every ``ShellwardError`` ends as ``shellward: <message>`` on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from collections.abc import Callable, Sequence
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+from shellward import _render
+from shellward._client import Client
+from shellward._exceptions import InvalidRequest, NotFound, ProtocolError, ShellwardError
+from shellward._paths import default_socket_path, default_user_rules
+from shellward._render import Style
+from shellward.types import CallAccepted, Code, CommandResult, LedgerEntry, OutputChunk, Stream
+
+EXIT_OK = 0
+EXIT_ERROR = 1  # a shellward error: no daemon, unknown call id, rule file problems, …
+EXIT_USAGE = 2  # a bad command line, or input the daemon refused as invalid
+EXIT_TIMEOUT = 124  # `run`: the command was killed at its time limit (as timeout(1) does)
+EXIT_NOT_RUN = 125  # `run`: no exit status for another reason (refused, sandbox error, …)
+EXIT_INTERRUPTED = 130  # Ctrl-C
+EXIT_BROKEN_PIPE = 141  # stdout closed early (`shellward ledger | head`)
+
+REPO_RULES = Path(".shellward") / "rules.toml"
+_PREFIX_SEARCH_LIMIT = 1000
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+class UsageError(ShellwardError):
+    """The command line is wrong in a way argparse cannot see."""
+
+
+# --- run --------------------------------------------------------------------------------
+
+RUN_EPILOG = """\
+The words after `--` form one command line: a single word is sent as is (so
+`shellward run -- 'ls | wc -l'` runs a pipeline); several words are joined with
+shlex.join (so `shellward run -- echo 'a b'` runs `echo 'a b'`).
+
+Output is streamed live, byte for byte, to this terminal's stdout and stderr (a call
+replayed from the ledger shows the output it recorded); then one summary line (call id,
+status, code, exit, verdict) goes to stderr.
+
+exit status:
+  the command's own    when it ran and exited
+  124                  it was killed at its time limit
+  125                  it has no exit status for another reason: refused replay, needs
+                       approval, sandbox error, daemon shut down (the summary says which)
+  1 / 2                shellward itself failed / bad command line
+
+examples:
+  shellward run -- ls -la
+  shellward run --timeout 600 -- npm test
+  shellward run --run-id r1 --step-id s3 -- 'git status && git diff'
+  shellward run --json -- make build | jq .metadata.call_id
+"""
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    if bool(args.run_id) != bool(args.step_id):
+        raise UsageError("--run-id and --step-id go together: give both, or neither")
+    command = command_line(args.command, "run")
+    options = {
+        "cwd": _absolute_cwd(args.cwd),
+        "run_id": args.run_id or "",
+        "step_id": args.step_id or "",
+        "timeout": args.timeout,
+        "env": dict(args.env or ()),
+        "network": args.network,
+    }
+    with _connect(args) as client:
+        try:
+            result, accepted = _execute(client, command, options, live=not args.json)
+        except KeyboardInterrupt:
+            _error(
+                "interrupted: the command keeps running in the daemon and will be recorded; "
+                "find it with `shellward ledger`"
+            )
+            return EXIT_INTERRUPTED
+        if args.json:
+            print(_render.to_json({"call_id": result.call_id, **result.to_dict()}))
+        else:
+            _print_run_summary(result, accepted=accepted)
+        return run_exit_code(client, result, accepted=accepted)
+
+
+def _execute(
+    client: Client, command: str, options: dict[str, Any], *, live: bool
+) -> tuple[CommandResult, bool]:
+    """The call's result, and whether it was accepted as a new call (False: answered at
+    once from the ledger, e.g. a replay or a refusal). ``live`` streams its output here."""
+    accepted = False
+    for event in client.stream_command(command, **options):
+        if isinstance(event, CallAccepted):
+            accepted = True
+        elif isinstance(event, OutputChunk):
+            if live:
+                _write_chunk(event)
+        else:
+            if live and event.replayed:
+                _write_recorded(event)
+            return event, accepted
+    raise ProtocolError("the daemon closed the stream without a final result")
+
+
+def _write_chunk(chunk: OutputChunk) -> None:
+    stream = sys.stdout if chunk.stream is Stream.STDOUT else sys.stderr
+    stream.flush()
+    stream.buffer.write(chunk.data)
+    stream.buffer.flush()
+
+
+def _write_recorded(result: CommandResult) -> None:
+    """A replayed result streams nothing: show the output the ledger kept instead."""
+    _write_chunk(OutputChunk(Stream.STDOUT, result.stdout.data))
+    _write_chunk(OutputChunk(Stream.STDERR, result.stderr.data))
+
+
+def _print_run_summary(result: CommandResult, *, accepted: bool) -> None:
+    style = Style.for_stream(sys.stderr)
+    print(_render.run_summary(result, style, accepted=accepted), file=sys.stderr)
+    if not result.ok and result.code is not Code.COMMAND_FAILED:
+        print(_render.one_line(result.content), file=sys.stderr)
+
+
+def run_exit_code(client: Client, result: CommandResult, *, accepted: bool) -> int:
+    """The command's exit status; 124 when it was killed at its time limit; else 125.
+
+    ``accepted``: the daemon took it as a new call. A refusal answered from the ledger carries
+    the earlier call's fields, so its exit status and times are not this run's.
+    """
+    if result.code in (Code.OK, Code.COMMAND_FAILED) and result.exit_code is not None:
+        return result.exit_code
+    return EXIT_TIMEOUT if accepted and _timed_out(client, result) else EXIT_NOT_RUN
+
+
+def _timed_out(client: Client, result: CommandResult) -> bool:
+    """TIMEOUT, or SIDE_EFFECT_UNCERTAIN from a run that lasted its whole time limit."""
+    if result.code is Code.TIMEOUT:
+        return True
+    if result.code is not Code.SIDE_EFFECT_UNCERTAIN:
+        return False
+    if result.started_at is None or result.finished_at is None:
+        return False
+    limit = client.get_call(result.call_id).timeout_seconds
+    return 0 < limit <= result.finished_at - result.started_at
+
+
+# --- ledger and show --------------------------------------------------------------------
+
+LEDGER_EPILOG = """\
+Columns: local time, call id (first 8 characters; `shellward show` accepts them), status,
+exit status, verdict (idempotency/replay policy), command. Newest first.
+
+examples:
+  shellward ledger
+  shellward ledger --run r1 --limit 200
+  shellward ledger --json | jq '.[] | select(.status == "uncertain") | .call_id'
+"""
+
+
+def cmd_ledger(args: argparse.Namespace) -> int:
+    with _connect(args) as client:
+        entries = client.list_calls(
+            run_id=args.run or "", limit=args.limit, omit_output=not args.json
+        )
+    if args.json:
+        print(_render.to_json(entries))
+    elif not entries:
+        where = f" for run {args.run!r}" if args.run else ""
+        _error(f"no calls in the ledger{where} yet; run one with `shellward run -- CMD`")
+    else:
+        print(_render.ledger_table(entries, Style.for_stream(sys.stdout)))
+    return EXIT_OK
+
+
+SHOW_EPILOG = """\
+CALL_ID is a full call id or a unique prefix of a recent one (as `shellward ledger` shows).
+
+examples:
+  shellward show 3f2a9c1e
+  shellward show 3f2a9c1e-0d4b-4c1e-9a57-2b8e61f0c3d2 --json | jq .file_effects
+"""
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    with _connect(args) as client:
+        entry = find_call(client, args.call_id)
+    if args.json:
+        print(_render.to_json(entry))
+    else:
+        print(_render.entry_details(entry, Style.for_stream(sys.stdout)))
+    return EXIT_OK
+
+
+def find_call(client: Client, call_id: str) -> LedgerEntry:
+    """The entry with this id, or with the one recent id that starts with it."""
+    try:
+        return client.get_call(call_id)
+    except NotFound:
+        recent = client.list_calls(limit=_PREFIX_SEARCH_LIMIT, omit_output=True)
+        matches = [entry.call_id for entry in recent if entry.call_id.startswith(call_id)]
+        if len(matches) == 1:
+            return client.get_call(matches[0])
+        if len(matches) > 1:
+            raise UsageError(
+                f"call id prefix {call_id!r} matches {len(matches)} calls "
+                f"({', '.join(matches[:3])}, …); give more characters"
+            ) from None
+        raise
+
+
+# --- classify ---------------------------------------------------------------------------
+
+CLASSIFY_EPILOG = """\
+CMD is joined like `shellward run` does: one word as is, several with shlex.join.
+Nothing runs: the daemon only parses the command and applies its rules.
+
+examples:
+  shellward classify 'npm test && git push'
+  shellward classify --explain -- find . -name '*.pyc' -delete
+  shellward classify --json 'curl -X POST https://example.com' | jq .replay_policy
+"""
+
+
+def cmd_classify(args: argparse.Namespace) -> int:
+    command = command_line(args.command, "classify")
+    with _connect(args) as client:
+        verdict = client.classify(command, cwd=_absolute_cwd(args.cwd))
+    style = Style.for_stream(sys.stdout)
+    if args.json:
+        print(_render.to_json(verdict))
+    elif args.explain:
+        print(_render.explain(verdict, style))
+    else:
+        print(_render.verdict_text(verdict, style))
+    return EXIT_OK
+
+
+# --- rules check ------------------------------------------------------------------------
+
+RULES_EPILOG = f"""\
+With FILEs, checks each: TOML syntax, known fields, and that every rule's `match` /
+`not_match` examples classify as the rule says. Without FILEs, checks the built-in rules,
+then the user file ($SHELLWARD_USER_RULES, else {default_user_rules()}) and
+{REPO_RULES} in the current directory, when they exist. No daemon needed.
+
+exit status: 0 all clean, 1 problems found (listed as file:line: what to fix).
+
+examples:
+  shellward rules check
+  shellward rules check .shellward/rules.toml ~/.config/shellward/rules.toml
+"""
+
+
+def cmd_rules_check(args: argparse.Namespace) -> int:
+    # Imported here: the daemon's classifier is only needed by this command.
+    try:
+        from shellwardd.classifier import RuleFileError, check_rule_file, load_rules
+    except ImportError as exc:
+        raise ShellwardError(
+            f"cannot check rules: the classifier is not importable ({exc}); reinstall "
+            "shellward (`pip install -e .`) in this environment"
+        ) from exc
+    problems: list[str] = []
+    paths = [Path(p) for p in args.files]
+    if not paths:
+        try:
+            load_rules()
+            print("ok: built-in rules")
+        except RuleFileError as exc:
+            problems.append(str(exc))
+        paths = [path for path in (_user_rules_path(), REPO_RULES) if path.is_file()]
+    for path in paths:
+        found = check_rule_file(path) if path.is_file() else [f"{path}: no such file"]
+        problems.extend(found)
+        if not found:
+            print(f"ok: {path}")
+    for problem in problems:
+        print(problem)
+    if problems:
+        _error(f"{len(problems)} problem(s) in rule files; fix them and run the check again")
+        return EXIT_ERROR
+    return EXIT_OK
+
+
+def _user_rules_path() -> Path:
+    return Path(os.environ.get("SHELLWARD_USER_RULES") or default_user_rules()).expanduser()
+
+
+# --- status -----------------------------------------------------------------------------
+
+STATUS_EPILOG = """\
+Exits 1 with a hint when no daemon answers (start one with `make serve`).
+
+examples:
+  shellward status
+  shellward --socket /run/user/1000/shellward/shellward.sock status --json
+"""
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    with _connect(args) as client:
+        status = client.status()
+    if args.json:
+        print(_render.to_json(status))
+    else:
+        print(_render.status_text(status, Style.for_stream(sys.stdout)))
+    return EXIT_OK
+
+
+# --- shared helpers ---------------------------------------------------------------------
+
+
+def command_line(words: Sequence[str], verb: str) -> str:
+    """One command line from CMD words: one word as is, several joined with shlex.join."""
+    words = list(words[1:] if words[:1] == ["--"] else words)
+    if not "".join(words).strip():
+        raise UsageError(f"no command given; write it after `--`: shellward {verb} -- ls -la")
+    return words[0] if len(words) == 1 else shlex.join(words)
+
+
+def _absolute_cwd(cwd: str | None) -> str:
+    return os.path.abspath(cwd or os.getcwd())
+
+
+def _connect(args: argparse.Namespace) -> Client:
+    return Client(args.socket, address=args.address, token=args.token)
+
+
+def _error(message: str) -> None:
+    print(f"shellward: {message}", file=sys.stderr)
+
+
+def _env_pair(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, value
+
+
+def _positive(kind: Callable[[str], float]) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be greater than 0, got {text}")
+        return value
+
+    return parse
+
+
+def _version() -> str:
+    try:
+        return version("shellward")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+# --- parser -----------------------------------------------------------------------------
+
+MAIN_EPILOG = """\
+examples:
+  shellward status
+  shellward run -- pytest -q
+  shellward ledger
+  shellward show 3f2a9c1e
+  shellward classify --explain 'npm test && git push'
+  shellward rules check
+
+Start a daemon with `make serve` (or `shellwardd`); see `shellward COMMAND --help`.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="shellward",
+        description="Talk to the shellward daemon: sandboxed commands that know if they may "
+        "run again.",
+        epilog=MAIN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"shellward {_version()}")
+    _add_connection_options(parser)
+    parser.set_defaults(handler=None)
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND")
+    _add_run(commands)
+    _add_ledger(commands)
+    _add_show(commands)
+    _add_classify(commands)
+    _add_rules(commands)
+    _add_status(commands)
+    return parser
+
+
+def _add_connection_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--socket",
+        metavar="PATH",
+        help=f"the daemon's Unix socket (env SHELLWARD_SOCKET; default {default_socket_path()})",
+    )
+    parser.add_argument(
+        "--address",
+        metavar="HOST:PORT",
+        default=os.environ.get("SHELLWARD_ADDRESS") or None,
+        help="talk to the daemon over TCP instead (env SHELLWARD_ADDRESS); needs --token",
+    )
+    parser.add_argument(
+        "--token", help="bearer token for --address (env SHELLWARD_TOKEN; prefer the env)"
+    )
+
+
+def _subparser(
+    commands: argparse._SubParsersAction,  # type: ignore[type-arg]
+    name: str,
+    handler: Handler,
+    summary: str,
+    epilog: str,
+) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = commands.add_parser(
+        name,
+        help=summary,
+        description=summary,
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.set_defaults(handler=handler)
+    return parser
+
+
+def _add_run(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    run = _subparser(commands, "run", cmd_run, "Run a command in the daemon's sandbox.", RUN_EPILOG)
+    run.add_argument("--cwd", metavar="DIR", help="working directory (default: the current one)")
+    run.add_argument(
+        "--run-id",
+        metavar="R",
+        help="agent run id; with --step-id makes the call "
+        "replayable: the same pair answers from the ledger",
+    )
+    run.add_argument("--step-id", metavar="S", help="step id within the run (with --run-id)")
+    run.add_argument(
+        "--timeout",
+        metavar="SECONDS",
+        type=_positive(float),
+        help="kill the command after this long (default: the daemon's)",
+    )
+    run.add_argument(
+        "--env",
+        metavar="K=V",
+        type=_env_pair,
+        action="append",
+        help="set an environment variable for the command; repeatable",
+    )
+    run.add_argument(
+        "--network",
+        action="store_true",
+        help="ask for network access (the verdict and rules decide)",
+    )
+    run.add_argument(
+        "--json", action="store_true", help="no live output: print the structured result as JSON"
+    )
+    run.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD…")
+
+
+def _add_ledger(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    ledger = _subparser(commands, "ledger", cmd_ledger, "List recent calls.", LEDGER_EPILOG)
+    ledger.add_argument("--run", metavar="RUN_ID", help="only the calls of this run")
+    ledger.add_argument(
+        "--limit",
+        metavar="N",
+        type=_positive(int),
+        default=50,
+        help="how many calls, newest first (default 50, at most 1000)",
+    )
+    ledger.add_argument("--json", action="store_true", help="a JSON array of full entries")
+
+
+def _add_show(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    show = _subparser(commands, "show", cmd_show, "Show everything about one call.", SHOW_EPILOG)
+    show.add_argument("call_id", metavar="CALL_ID")
+    show.add_argument("--json", action="store_true", help="the full entry as JSON")
+
+
+def _add_classify(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    classify = _subparser(
+        commands,
+        "classify",
+        cmd_classify,
+        "Say what a command may do and whether it may run again (nothing runs).",
+        CLASSIFY_EPILOG,
+    )
+    how = classify.add_mutually_exclusive_group()
+    how.add_argument("--json", action="store_true", help="the verdict and its parts as JSON")
+    how.add_argument(
+        "--explain", action="store_true", help="every part, the rule that decided it and why"
+    )
+    classify.add_argument(
+        "--cwd", metavar="DIR", help="classify as if run here (default: the current directory)"
+    )
+    classify.add_argument("command", nargs=argparse.REMAINDER, metavar="CMD…")
+
+
+def _add_rules(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    rules = _subparser(
+        commands,
+        "rules",
+        _rules_without_action,
+        "Work with rule files.",
+        "examples:\n  shellward rules check\n  shellward rules check my-rules.toml\n",
+    )
+    actions = rules.add_subparsers(title="actions", metavar="ACTION")
+    check = _subparser(actions, "check", cmd_rules_check, "Validate rule files.", RULES_EPILOG)
+    check.add_argument("files", nargs="*", metavar="FILE", help="rule files (TOML) to check")
+
+
+def _rules_without_action(args: argparse.Namespace) -> int:
+    raise UsageError("say what to do with the rules: `shellward rules check [FILE…]`")
+
+
+def _add_status(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    status = _subparser(commands, "status", cmd_status, "Show the daemon's state.", STATUS_EPILOG)
+    status.add_argument("--json", action="store_true", help="the status as JSON")
+
+
+# --- entry point ------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or a usage error already printed
+        return int(exc.code or 0)
+    if args.handler is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    try:
+        return int(args.handler(args))
+    except (UsageError, InvalidRequest) as exc:
+        _error(exc.message)
+        return EXIT_USAGE
+    except ShellwardError as exc:
+        _error(exc.message)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        _error("interrupted")
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # Point stdout at /dev/null so that the interpreter's final flush does not fail too.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""`shellward run`: live output, exit status, binary output, --json, timeouts, refusals."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+from shellward import CallStatus
+from tests.helpers import Daemon
+
+Shellward = Callable[..., subprocess.CompletedProcess[bytes]]
+
+
+def _call_id(stderr: bytes) -> str:
+    """The call id from the summary line: `shellward: call <id> · …`."""
+    summary = stderr.decode().strip().splitlines()[-1]
+    assert summary.startswith("shellward: call "), stderr
+    return summary.split()[2]
+
+
+def test_success_streams_output_and_exits_zero(
+    shellward_process: Shellward, cli_daemon: Daemon
+) -> None:
+    done = shellward_process("run", "--", "echo", "hello")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == b"hello\n"
+    summary = done.stderr.decode()
+    assert "succeeded" in summary and "exit 0" in summary
+    with cli_daemon.client() as client:
+        entry = client.get_call(_call_id(done.stderr))
+    assert entry.status is CallStatus.SUCCEEDED and entry.command == "echo hello"
+
+
+def test_nonzero_exit_is_propagated_with_stderr(shellward_process: Shellward) -> None:
+    done = shellward_process("run", "--", "echo oops >&2; exit 7")
+    assert done.returncode == 7
+    assert done.stdout == b""
+    assert done.stderr.startswith(b"oops\n")
+    assert b"COMMAND_FAILED" in done.stderr and b"exit 7" in done.stderr
+
+
+def test_binary_output_survives_byte_for_byte(shellward_process: Shellward) -> None:
+    done = shellward_process("run", "--", r"printf '\377\000\001\n\200'")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == b"\xff\x00\x01\n\x80"
+
+
+def test_several_words_are_joined_with_shell_quoting(
+    shellward_process: Shellward, cli_daemon: Daemon
+) -> None:
+    done = shellward_process("run", "--", "printf", "%s|", "a  b", "$HOME")
+    assert done.stdout == b"a  b|$HOME|"
+    with cli_daemon.client() as client:
+        assert client.get_call(_call_id(done.stderr)).command == "printf '%s|' 'a  b' '$HOME'"
+
+
+def test_cwd_defaults_to_the_current_directory(
+    shellward_process: Shellward, cli_daemon: Daemon
+) -> None:
+    sub = cli_daemon.workspace / "sub"
+    sub.mkdir(exist_ok=True)
+    done = shellward_process(
+        "run", "--env", "GREETING=hi there", "--", "pwd; echo $GREETING", cwd=sub
+    )
+    assert done.stdout.decode().splitlines() == [os.path.realpath(sub), "hi there"]
+
+
+def test_json_prints_the_structured_result_only(shellward_process: Shellward) -> None:
+    done = shellward_process("run", "--json", "--", "echo hi; echo warn >&2")
+    assert done.returncode == 0
+    result = json.loads(done.stdout)
+    assert done.stderr == b""
+    assert result["ok"] is True and result["code"] == "OK" and result["exit_code"] == 0
+    assert result["stdout"] == "hi\n" and result["stderr"] == "warn\n"
+    assert result["call_id"] == result["metadata"]["call_id"] != ""
+    assert result["metadata"]["status"] == "succeeded"
+    assert result["metadata"]["idempotency"] in {"idempotent", "conditional", "non_idempotent"}
+
+
+def test_json_keeps_the_exit_status(shellward_process: Shellward) -> None:
+    done = shellward_process("run", "--json", "--", "exit 3")
+    assert done.returncode == 3
+    assert json.loads(done.stdout)["code"] == "COMMAND_FAILED"
+
+
+def test_timeout_exits_124_and_says_what_happened(shellward_process: Shellward) -> None:
+    done = shellward_process("run", "--timeout", "1", "--", "sleep 30")
+    assert done.returncode == 124
+    lines = done.stderr.decode().strip().splitlines()
+    assert "exit none" in lines[-2]
+    assert "did not finish within 1s" in lines[-1]
+
+
+def test_refused_call_has_no_exit_status_and_exits_125(
+    shellward_process: Shellward, tmp_path: Path
+) -> None:
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    done = shellward_process("run", "--", "echo never", cwd=outside)
+    assert done.returncode == 125
+    assert done.stdout == b""
+    assert b"PERMISSION_DENIED" in done.stderr
+    assert b"outside the daemon's workspaces" in done.stderr
+
+
+def test_same_step_again_replays_the_recorded_output(shellward_process: Shellward) -> None:
+    ids = ("--run-id", "cli-replay", "--step-id", "s1")
+    first = shellward_process("run", *ids, "--", "echo once; echo warn >&2")
+    again = shellward_process("run", *ids, "--", "echo once; echo warn >&2")
+    assert first.returncode == again.returncode == 0
+    assert again.stdout == first.stdout == b"once\n"
+    assert again.stderr.startswith(b"warn\n")
+    assert b"replayed from the ledger" in again.stderr
+    assert _call_id(again.stderr) == _call_id(first.stderr)
+
+
+def test_same_step_with_another_command_runs_nothing(shellward_process: Shellward) -> None:
+    ids = ("--run-id", "cli-mismatch", "--step-id", "s1")
+    first = shellward_process("run", *ids, "--", "echo one")
+    assert first.returncode == 0
+    done = shellward_process("run", *ids, "--", "echo two")
+    assert done.returncode == 125
+    assert done.stdout == b""
+    summary, content = done.stderr.decode().strip().splitlines()
+    assert summary.startswith("shellward: nothing ran · IDEMPOTENCY_KEY_MISMATCH · earlier call ")
+    assert _call_id(first.stderr) in summary
+    assert "already used for a different input" in content
+
+
+def test_usage_errors_exit_2(shellward_process: Shellward) -> None:
+    for args in (("run",), ("run", "--"), ("run", "--run-id", "r", "--", "ls")):
+        done = shellward_process(*args)
+        assert done.returncode == 2, args
+        assert done.stderr.startswith(b"shellward: ") and b"Traceback" not in done.stderr
+    bad_env = shellward_process("run", "--env", "NOEQUALS", "--", "ls")
+    assert bad_env.returncode == 2 and b"KEY=VALUE" in bad_env.stderr
