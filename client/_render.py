@@ -109,8 +109,8 @@ def format_duration(seconds: float) -> str:
 
 
 def one_line(text: str) -> str:
-    """A command on one line: newlines and tabs made visible."""
-    return text.replace("\n", "\\n").replace("\t", "\\t")
+    """A command on one line: newlines and tabs made visible, other control characters defused."""
+    return _visible(text.replace("\n", "\\n").replace("\t", "\\t"))
 
 
 def truncate(text: str, width: int) -> str:
@@ -418,7 +418,9 @@ def _workspace_lines(status: DaemonStatus) -> list[str]:
 
 
 def _index_state(workspace: WorkspaceStatus) -> str:
-    state = workspace.state
-    if workspace.files_total:
-        state += f" {workspace.files_done:,} / {workspace.files_total:,} files"
+    state, done, total = workspace.state, workspace.files_done, workspace.files_total
+    if done < total:
+        state += f" {done:,} / {total:,} files"
+    elif total:
+        state += f", {total:,} files"
     return f"{state}; {workspace.note}" if workspace.note else state

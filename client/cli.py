@@ -446,8 +446,8 @@ def _add_run(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
     run.add_argument(
         "--run-id",
         metavar="R",
-        help="agent run id; with --step-id makes the call "
-        "replayable: the same pair answers from the ledger",
+        help="agent run id; with --step-id names the call, so that a retry of the same "
+        "pair is answered from the ledger (replayed, checked or refused), not run twice",
     )
     run.add_argument("--step-id", metavar="S", help="step id within the run (with --run-id)")
     run.add_argument(
@@ -471,7 +471,9 @@ def _add_run(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
     run.add_argument(
         "--json", action="store_true", help="no live output: print the structured result as JSON"
     )
-    run.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD…")
+    run.add_argument(
+        "command", nargs=argparse.REMAINDER, metavar="-- CMD…", help="the command line to run"
+    )
 
 
 def _add_ledger(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -489,7 +491,7 @@ def _add_ledger(commands: argparse._SubParsersAction) -> None:  # type: ignore[t
 
 def _add_show(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     show = _subparser(commands, "show", cmd_show, "Show everything about one call.", SHOW_EPILOG)
-    show.add_argument("call_id", metavar="CALL_ID")
+    show.add_argument("call_id", metavar="CALL_ID", help="a call id, or a unique prefix of one")
     show.add_argument("--json", action="store_true", help="the full entry as JSON")
 
 
@@ -509,7 +511,9 @@ def _add_classify(commands: argparse._SubParsersAction) -> None:  # type: ignore
     classify.add_argument(
         "--cwd", metavar="DIR", help="classify as if run here (default: the current directory)"
     )
-    classify.add_argument("command", nargs=argparse.REMAINDER, metavar="CMD…")
+    classify.add_argument(
+        "command", nargs=argparse.REMAINDER, metavar="CMD…", help="the command line to classify"
+    )
 
 
 def _add_rules(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -94,10 +94,14 @@ def test_status_shows_index_progress() -> None:
     status = DaemonStatus(
         version="1.2", socket="/s", state_dir="/st", ledger_path="/st/l", sandbox_enabled=False,
         sandbox_detail="--no-sandbox", workspaces=("/ws",), running_calls=2, uptime_seconds=3725,
-        workspace_status=(WorkspaceStatus("/ws", "indexing", 41_200, 100_000),),
+        workspace_status=(
+            WorkspaceStatus("/ws", "indexing", 41_200, 100_000),
+            WorkspaceStatus("/other", "ready", 1_500, 1_500),
+        ),
     )  # fmt: skip
     lines = _render.status_text(status, Style()).splitlines()
     assert "workspace: /ws (indexing 41,200 / 100,000 files)" in lines
+    assert "workspace: /other (ready, 1,500 files)" in lines
     assert "sandbox: DISABLED (--no-sandbox)" in lines
     assert "uptime: 1h 02m" in lines and "running calls: 2" in lines
 
@@ -140,3 +144,9 @@ def _result(code: Code, exit_code: int | None, seconds: float) -> CommandResult:
 )
 def test_run_exit_code(result: CommandResult, accepted: bool, expected: int) -> None:
     assert run_exit_code(_Ledger(timeout=5), result, accepted=accepted) == expected  # type: ignore[arg-type]
+
+
+def test_commands_stay_on_one_line_without_terminal_escapes() -> None:
+    entry = replace(ENTRY, command="printf 'a\nb'\t\033[2J")
+    row = _render.ledger_table([entry], Style()).splitlines()[1]
+    assert row.endswith("\tprintf 'a\\nb'\\t\ufffd[2J")
