@@ -19,6 +19,8 @@ from shellward.types import (
     DaemonStatus,
     LedgerEntry,
     OutputChunk,
+    RecoveryItem,
+    ReloadOutcome,
     Verdict,
 )
 from shellward.v1 import shellward_pb2 as pb
@@ -80,6 +82,35 @@ class Client:
 
     # --- commands --------------------------------------------------------------------
 
+    def _events(self, call: Iterator[pb.RunCommandEvent]) -> Iterator[StreamEvent]:
+        """Typed events of a RunCommand or Replay stream; the result comes last."""
+        try:
+            for event in call:
+                kind = event.WhichOneof("event")
+                if kind == "accepted":
+                    yield CallAccepted(
+                        event.accepted.call_id, _wire.verdict_from_wire(event.accepted.verdict)
+                    )
+                elif kind == "output":
+                    yield _wire.chunk_from_wire(event.output)
+                elif kind == "result":
+                    yield _wire.result_from_wire(event.result)
+                    return
+        except grpc.RpcError as exc:
+            raise translate(exc, self.target) from exc
+        raise ProtocolError("the daemon closed the stream without a final result")
+
+    @staticmethod
+    def _final(
+        events: Iterator[StreamEvent], on_output: Callable[[OutputChunk], None] | None
+    ) -> CommandResult:
+        for event in events:
+            if isinstance(event, CommandResult):
+                return event
+            if isinstance(event, OutputChunk) and on_output is not None:
+                on_output(event)
+        raise ProtocolError("the daemon closed the stream without a final result")
+
     def stream_command(
         self,
         command: str,
@@ -108,23 +139,9 @@ class Client:
             network=pb.NetworkRequest(allow=network),
             rerun=rerun,
         )
-        try:
-            for event in self._stub.RunCommand(
-                request, timeout=rpc_timeout, metadata=self._metadata
-            ):
-                kind = event.WhichOneof("event")
-                if kind == "accepted":
-                    yield CallAccepted(
-                        event.accepted.call_id, _wire.verdict_from_wire(event.accepted.verdict)
-                    )
-                elif kind == "output":
-                    yield _wire.chunk_from_wire(event.output)
-                elif kind == "result":
-                    yield _wire.result_from_wire(event.result)
-                    return
-        except grpc.RpcError as exc:
-            raise translate(exc, self.target) from exc
-        raise ProtocolError("the daemon closed the stream without a final result")
+        yield from self._events(
+            self._stub.RunCommand(request, timeout=rpc_timeout, metadata=self._metadata)
+        )
 
     def run_command(
         self,
@@ -141,15 +158,72 @@ class Client:
         rpc_timeout: float | None = None,
     ) -> CommandResult:
         """Run a command and return its structured result (see ``stream_command``)."""
-        for event in self.stream_command(
+        events = self.stream_command(
             command, cwd=cwd, run_id=run_id, step_id=step_id, timeout=timeout, env=env,
             network=network, rerun=rerun, rpc_timeout=rpc_timeout,
-        ):  # fmt: skip
-            if isinstance(event, CommandResult):
-                return event
-            if isinstance(event, OutputChunk) and on_output is not None:
-                on_output(event)
-        raise ProtocolError("the daemon closed the stream without a final result")
+        )  # fmt: skip
+        return self._final(events, on_output)
+
+    def stream_replay(
+        self,
+        call_id: str = "",
+        *,
+        run_id: str = "",
+        step_id: str = "",
+        rerun: bool = False,
+        rpc_timeout: float | None = None,
+    ) -> Iterator[StreamEvent]:
+        """Apply the replay table to a recorded call (by id, or a step's newest attempt)."""
+        request = pb.ReplayRequest(call_id=call_id, run_id=run_id, step_id=step_id, rerun=rerun)
+        yield from self._events(
+            self._stub.Replay(request, timeout=rpc_timeout, metadata=self._metadata)
+        )
+
+    def replay(
+        self,
+        call_id: str = "",
+        *,
+        run_id: str = "",
+        step_id: str = "",
+        rerun: bool = False,
+        on_output: Callable[[OutputChunk], None] | None = None,
+        rpc_timeout: float | None = None,
+    ) -> CommandResult:
+        events = self.stream_replay(
+            call_id, run_id=run_id, step_id=step_id, rerun=rerun, rpc_timeout=rpc_timeout
+        )
+        return self._final(events, on_output)
+
+    def recover(self, run_id: str) -> list[RecoveryItem]:
+        """Every step of a run that did not end cleanly, with the action to take."""
+        response = self._call(self._stub.Recover, pb.RecoverRequest(run_id=run_id))
+        return [_wire.recovery_from_wire(item) for item in response.items]
+
+    def wait_call(self, call_id: str, *, timeout: float = 60.0) -> CommandResult:
+        """Wait until a call is final (approved and run, or a duplicate finished)."""
+        request = pb.WaitCallRequest(call_id=call_id, timeout_seconds=timeout)
+        try:
+            reply = self._stub.WaitCall(request, timeout=timeout + 30.0, metadata=self._metadata)
+        except grpc.RpcError as exc:
+            raise translate(exc, self.target) from exc
+        return _wire.result_from_wire(reply)
+
+    def approvals(self) -> list[LedgerEntry]:
+        """Calls waiting for a human's approval."""
+        response = self._call(self._stub.ListApprovals, pb.ListApprovalsRequest())
+        return [_wire.entry_from_wire(entry) for entry in response.calls]
+
+    def approve(self, call_id: str, *, reason: str = "") -> LedgerEntry:
+        request = pb.ApproveRequest(call_id=call_id, approve=True, reason=reason)
+        return _wire.entry_from_wire(self._call(self._stub.Approve, request))
+
+    def deny(self, call_id: str, *, reason: str = "") -> LedgerEntry:
+        request = pb.ApproveRequest(call_id=call_id, approve=False, reason=reason)
+        return _wire.entry_from_wire(self._call(self._stub.Approve, request))
+
+    def reload_rules(self) -> ReloadOutcome:
+        reply = self._call(self._stub.ReloadRules, pb.ReloadRulesRequest())
+        return ReloadOutcome(reply.ok, reply.error, tuple(reply.rule_sources))
 
     # --- queries ---------------------------------------------------------------------
 

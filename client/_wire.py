@@ -195,6 +195,8 @@ def entry_to_wire(entry: t.LedgerEntry, *, omit_output: bool = False) -> pb.Ledg
         unexpected_writes=entry.unexpected_writes,
         effects_from_rescan=entry.effects_from_rescan,
         note=entry.note,
+        input_json=entry.input_json,
+        effects_recorded=entry.effects_recorded,
     )
 
 
@@ -318,6 +320,8 @@ def entry_from_wire(message: pb.LedgerEntry) -> t.LedgerEntry:
         unexpected_writes=message.unexpected_writes,
         effects_from_rescan=message.effects_from_rescan,
         note=message.note,
+        input_json=message.input_json,
+        effects_recorded=message.effects_recorded,
     )
 
 
@@ -344,4 +348,10 @@ def daemon_status_from_wire(message: pb.StatusResponse) -> t.DaemonStatus:
             )
             for w in message.workspace_status
         ),
+    )
+
+
+def recovery_from_wire(message: pb.RecoveryItem) -> t.RecoveryItem:
+    return t.RecoveryItem(
+        call=entry_from_wire(message.call), action=message.action, reason=message.reason
     )

@@ -106,6 +106,7 @@ class Code(enum.Enum):
     SANDBOX_ERROR = "SANDBOX_ERROR"
     INTERRUPTED = "INTERRUPTED"
     UNAVAILABLE = "UNAVAILABLE"
+    RECORD_EXPIRED = "RECORD_EXPIRED"
     INTERNAL = "INTERNAL"
 
 
@@ -210,6 +211,10 @@ class LedgerEntry:
     unexpected_writes: bool = False
     effects_from_rescan: bool = False
     note: str = ""
+    # The call's full input as JSON: what a pending approval runs once approved.
+    input_json: str = ""
+    # False when the file effects could not be observed (the daemon died mid-call).
+    effects_recorded: bool = False
 
 
 @dataclass(frozen=True)
@@ -297,3 +302,21 @@ class DaemonStatus:
     rule_sources: tuple[str, ...] = ()
     tcp_address: str = ""
     workspace_status: tuple[WorkspaceStatus, ...] = ()
+
+
+@dataclass(frozen=True)
+class RecoveryItem:
+    """One step of a run that did not end cleanly, and what the replay table says."""
+
+    call: LedgerEntry
+    action: str  # "replay", "check", "ask", "refuse" or "wait"
+    reason: str
+
+
+@dataclass(frozen=True)
+class ReloadOutcome:
+    """The answer to a rules reload; on error the last good rules stay in force."""
+
+    ok: bool
+    error: str
+    sources: tuple[str, ...]

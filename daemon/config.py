@@ -48,6 +48,8 @@ class Config:
     user_rules: Path | None = None
     trusted_repos: tuple[Path, ...] = ()
     ignore_globs: tuple[str, ...] = ()
+    retention_seconds: float = 7 * 24 * 3600.0
+    approval_timeout: float = 3600.0
     log_level: str = "info"
 
     @property
@@ -168,6 +170,19 @@ _OPTIONS = (
         "A glob of workspace paths the write detector neither indexes nor reports "
         "(e.g. node_modules, '*.pyc'); repeatable (the variable takes a ':'-separated list).",
         repeatable=True,
+    ),
+    _Option(
+        "--retention",
+        "SHELLWARD_RETENTION",
+        "Seconds a recorded call answers retries of its step (default 604800, 7 days); older "
+        "records answer RECORD_EXPIRED instead of running again.",
+        kind=float,
+    ),
+    _Option(
+        "--approval-timeout",
+        "SHELLWARD_APPROVAL_TIMEOUT",
+        "Seconds a call waits for a human's approval before it is denied (default 3600).",
+        kind=float,
     ),
     _Option("--log-level", "SHELLWARD_LOG_LEVEL", "debug, info, warning or error (default info)."),
 )
@@ -299,5 +314,7 @@ def _validate(values: dict[str, object]) -> Config:
             Path(p).expanduser().resolve() for p in values.get("trusted_repo") or ()
         ),  # type: ignore[attr-defined]
         ignore_globs=tuple(values.get("ignore") or ()),  # type: ignore[arg-type]
+        retention_seconds=_positive(values, "retention", 7 * 24 * 3600.0),
+        approval_timeout=_positive(values, "approval_timeout", 3600.0),
         log_level=log_level,
     )

@@ -3,7 +3,8 @@
     ShellwardError (code, message, retryable)
     ├── InvalidArgument        bad input: nothing ran, fix the request
     ├── PermissionDenied       outside the allowed workspaces, or refused by policy
-    ├── NotFound               unknown call id
+    ├── NotFound               unknown call id, or no such file
+    ├── Conflict               a file is not at the hash the caller based its edit on
     ├── SandboxUnavailable     bwrap missing or unusable
     ├── Unavailable            busy right now (shutting down, still indexing): retry
     └── ConfigError            bad flags or environment at start-up
@@ -35,6 +36,10 @@ class PermissionDenied(ShellwardError):
 
 class NotFound(ShellwardError):
     code = Code.NOT_FOUND
+
+
+class Conflict(ShellwardError):
+    code = Code.CONFLICT
 
 
 class SandboxUnavailable(ShellwardError):

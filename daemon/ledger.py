@@ -69,7 +69,9 @@ CREATE TABLE IF NOT EXISTS calls (
     finished_at REAL,
     unexpected_writes INTEGER NOT NULL DEFAULT 0,
     effects_from_rescan INTEGER NOT NULL DEFAULT 0,
-    note TEXT NOT NULL DEFAULT ''
+    note TEXT NOT NULL DEFAULT '',
+    input_json TEXT NOT NULL DEFAULT '',
+    effects_recorded INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS calls_identity ON calls (run_id, step_id, created_at);
 CREATE INDEX IF NOT EXISTS calls_created ON calls (created_at);
@@ -87,7 +89,8 @@ _FINAL_COLUMNS = (
     "status", "exit_code", "code", "content", "file_effects", "finished_at",
     "stdout", "stdout_total", "stdout_truncated", "stdout_sha256",
     "stderr", "stderr_total", "stderr_truncated", "stderr_sha256",
-    "unexpected_writes", "effects_from_rescan", "note", "idempotency", "replay_policy",
+    "unexpected_writes", "effects_from_rescan", "effects_recorded", "note", "idempotency",
+    "replay_policy",
 )  # fmt: skip
 
 
@@ -184,6 +187,44 @@ class Ledger:
                 (entry.call_id, entry.finished_at or time.time(), entry.status.value, detail),
             )
 
+    def transition(self, call_id: str, old: CallStatus, new: CallStatus, detail: str) -> None:
+        """Move a call from ``old`` to ``new`` (a non-final step, e.g. approval)."""
+        now = time.time()
+        with self._transaction() as db:
+            updated = db.execute(
+                "UPDATE calls SET status = ? WHERE call_id = ? AND status = ?",
+                (new.value, call_id, old.value),
+            ).rowcount
+            if updated != 1:
+                raise LedgerError(f"call {call_id} is no longer {old.value}")
+            db.execute(
+                "INSERT INTO transitions (call_id, at, status, detail) VALUES (?, ?, ?, ?)",
+                (call_id, now, new.value, detail),
+            )
+
+    def expire_pending(self, created_before: float, content: str) -> list[str]:
+        """Deny every call still waiting for approval that was created before the cutoff."""
+        now = time.time()
+        with self._transaction() as db:
+            expired = [
+                row[0]
+                for row in db.execute(
+                    "SELECT call_id FROM calls WHERE status = ? AND created_at < ?",
+                    (CallStatus.PENDING_APPROVAL.value, created_before),
+                )
+            ]
+            for call_id in expired:
+                db.execute(
+                    "UPDATE calls SET status = ?, code = ?, content = ?, finished_at = ?"
+                    " WHERE call_id = ?",
+                    (CallStatus.DENIED.value, Code.PERMISSION_DENIED.value, content, now, call_id),
+                )
+                db.execute(
+                    "INSERT INTO transitions (call_id, at, status, detail) VALUES (?, ?, ?, ?)",
+                    (call_id, now, CallStatus.DENIED.value, "approval timed out"),
+                )
+        return expired
+
     def recover_interrupted(self, note: str) -> list[str]:
         """At start-up: calls a previous daemon left running become ``uncertain``.
 
@@ -260,13 +301,20 @@ class Ledger:
             ).fetchone()
         return _entry_from_row(row) if row else None
 
-    def list(self, *, run_id: str = "", limit: int = 50) -> list[LedgerEntry]:
-        """Newest first."""
-        query = "SELECT * FROM calls"
-        params: tuple[Any, ...] = ()
+    def list(
+        self, *, run_id: str = "", status: CallStatus | None = None, limit: int = 50
+    ) -> list[LedgerEntry]:
+        """Newest first, optionally only one run's calls or one status."""
+        conditions, params = [], []
         if run_id:
-            query += " WHERE run_id = ?"
-            params = (run_id,)
+            conditions.append("run_id = ?")
+            params.append(run_id)
+        if status is not None:
+            conditions.append("status = ?")
+            params.append(status.value)
+        query = "SELECT * FROM calls"
+        if conditions:
+            query += " WHERE " + " AND ".join(conditions)
         query += " ORDER BY created_at DESC, rowid DESC LIMIT ?"
         with self._lock:
             rows = self._db.execute(query, (*params, limit)).fetchall()
@@ -319,6 +367,8 @@ def _entry_to_row(entry: LedgerEntry) -> dict[str, Any]:
         "unexpected_writes": int(entry.unexpected_writes),
         "effects_from_rescan": int(entry.effects_from_rescan),
         "note": entry.note,
+        "input_json": entry.input_json,
+        "effects_recorded": int(entry.effects_recorded),
     }
 
 
@@ -361,6 +411,8 @@ def _entry_from_row(row: sqlite3.Row) -> LedgerEntry:
         unexpected_writes=bool(row["unexpected_writes"]),
         effects_from_rescan=bool(row["effects_from_rescan"]),
         note=row["note"],
+        input_json=row["input_json"],
+        effects_recorded=bool(row["effects_recorded"]),
     )
 
 

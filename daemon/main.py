@@ -1,7 +1,8 @@
 """``shellwardd``: start-up, serving, and the numbered shutdown sequence.
 
 Signal handlers only set flags; the main loop acts on them. A first SIGTERM/SIGINT
-starts a graceful shutdown; a second one skips the grace period.
+starts a graceful shutdown; a second one skips the grace period; SIGHUP reloads the rule
+files (a broken file keeps the last good rules).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from importlib.metadata import PackageNotFoundError, version
 from types import FrameType
 
 from shellwardd import logs
-from shellwardd.classifier import Classifier, RuleFileError, load_rules
+from shellwardd.classifier import LiveRules, RuleFileError, load_rules
 from shellwardd.config import Config, load_config
 from shellwardd.errors import ConfigError, ShellwardError
 from shellwardd.ledger import Ledger, LedgerError
@@ -45,8 +46,12 @@ class _Signals:
     def __init__(self) -> None:
         self.should_exit = threading.Event()
         self.force_exit = False
+        self.reload = False
 
     def handle(self, signum: int, frame: FrameType | None) -> None:
+        if signum == signal.SIGHUP:
+            self.reload = True
+            return
         if self.should_exit.is_set():
             self.force_exit = True
         self.should_exit.set()
@@ -78,15 +83,16 @@ def run(*, config: Config) -> int:
         )
 
     try:
-        rules = load_rules(
-            user_file=config.user_rules,
-            repo_roots=config.workspaces,
-            trusted_repos=config.trusted_repos,
+        rules = LiveRules(
+            lambda: load_rules(
+                user_file=config.user_rules,
+                repo_roots=config.workspaces,
+                trusted_repos=config.trusted_repos,
+            )
         )
     except RuleFileError as exc:
         print(f"shellwardd: refusing to start: broken rule file: {exc}", file=sys.stderr)
         return EXIT_RULES
-    classifier = Classifier(rules)
 
     try:
         ledger = Ledger(config.ledger_path)
@@ -105,23 +111,16 @@ def run(*, config: Config) -> int:
     }
     for monitor in monitors.values():
         monitor.start()
-    runtime = Runtime(
-        config,
-        ledger,
-        lambda command, cwd, workspace: classifier.classify(command, cwd=cwd, workspace=workspace),
-        sandbox,
-        monitors,
-    )
+    runtime = Runtime(config, ledger, rules.classify, sandbox, monitors)
     info = DaemonInfo(
         version=daemon_version(),
         config=config,
         sandbox_enabled=sandbox.enabled,
         sandbox_detail=sandbox.detail,
-        rule_sources=rules.files,
         started_at=time.time(),
     )
     try:
-        listeners = Listeners(runtime, info)
+        listeners = Listeners(runtime, rules, info)
         listeners.start()
     except (ShellwardError, RuntimeError) as exc:
         print(f"shellwardd: cannot listen: {exc}", file=sys.stderr)
@@ -131,7 +130,7 @@ def run(*, config: Config) -> int:
         return EXIT_CONFIG
 
     signals = _Signals()
-    for signum in (signal.SIGTERM, signal.SIGINT):
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, signals.handle)
     where = f"unix:{config.socket}"
     if config.tcp:
@@ -140,7 +139,12 @@ def run(*, config: Config) -> int:
     log.info("serving", extra={"socket": str(config.socket), "state_dir": str(config.state_dir),
                                "workspaces": [str(w) for w in config.workspaces]})  # fmt: skip
 
-    signals.should_exit.wait()
+    # The main loop: act on SIGHUP, expire unanswered approvals, until told to stop.
+    while not signals.should_exit.wait(timeout=1.0):
+        if signals.reload:
+            signals.reload = False
+            rules.reload()
+        runtime.expire_approvals()
     _shutdown(config, runtime, listeners, ledger, signals)
     for monitor in monitors.values():
         monitor.stop()

@@ -1,20 +1,35 @@
-"""What to do when a call identity (run_id, step_id) comes again: the replay decision table.
+"""What to do when a call comes again: the replay decision table (DESIGN.md).
 
-Pure: the previous ledger entry and the new request's facts in, a decision out. The
-runtime carries the decision out. See DESIGN.md, Replay decision table.
+=============================  ===================  ==================  =======================
+ledger says                    idempotent + auto    conditional + ask   non_idempotent + never
+=============================  ===================  ==================  =======================
+succeeded                      recorded result      recorded result     recorded result
+succeeded, ``rerun`` asked     run again            check the effects   refuse
+uncertain / failed after start run again            check the effects   SIDE_EFFECT_UNCERTAIN
+failed before start / denied   the same answer again; nothing runs
+=============================  ===================  ==================  =======================
+
+"Check" compares the call's recorded file effects with the workspace now
+(:func:`check_effects`): all at their after-hash → ALREADY_APPLIED (nothing runs); all at
+their before-hash → run again; anything else → CONFLICT, and a human must approve.
+
+Pure, apart from :func:`check_effects` reading file hashes.
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
-from shellward.types import CallStatus, Code, LedgerEntry, ReplayPolicy
+from shellward.types import CallStatus, Code, EffectKind, LedgerEntry, ReplayPolicy
 
 
 class Action(enum.Enum):
     RUN = "run"  # run the command (again)
     RETURN_RECORDED = "return_recorded"  # answer with the recorded result, run nothing
+    CHECK = "check"  # compare the recorded file effects with the workspace first
     REFUSE = "refuse"  # answer with an error, run nothing
 
 
@@ -24,6 +39,12 @@ class Decision:
     code: Code = Code.OK
     content: str = ""
     retryable: bool = False
+
+
+def _step(entry: LedgerEntry) -> str:
+    if entry.run_id and entry.step_id:
+        return f"step {entry.step_id!r} of run {entry.run_id!r} (call {entry.call_id})"
+    return f"call {entry.call_id}"
 
 
 def mismatch(run_id: str, step_id: str, call_id: str) -> Decision:
@@ -40,33 +61,112 @@ def in_progress(run_id: str, step_id: str, call_id: str) -> Decision:
     return Decision(
         Action.REFUSE,
         Code.IN_PROGRESS,
-        f"step {step_id!r} of run {run_id!r} is still running as call {call_id}; it was not "
-        "started a second time. Wait for it and fetch its result with GetCall.",
+        f"step {step_id!r} of run {run_id!r} is still in progress as call {call_id}; it was "
+        "not started a second time. Wait for its result with WaitCall (shellward wait "
+        f"{call_id}) or fetch it later with GetCall.",
         retryable=True,
     )
 
 
-def decide(previous: LedgerEntry, *, input_hash: str, rerun: bool) -> Decision:
-    """Decide for a retry of ``previous`` whose new input hashes to ``input_hash``."""
+def decide(
+    previous: LedgerEntry, *, input_hash: str, rerun: bool, now: float, retention: float
+) -> Decision:
+    """Decide for a new request of ``previous``'s identity whose input hashes to ``input_hash``."""
     if previous.input_hash != input_hash:
         return mismatch(previous.run_id, previous.step_id, previous.call_id)
+    if previous.status is CallStatus.PENDING_APPROVAL:
+        return Decision(
+            Action.REFUSE,
+            Code.NEEDS_APPROVAL,
+            f"{_step(previous)} is waiting for a human's approval; nothing ran. Wait for it "
+            f"with WaitCall (shellward wait {previous.call_id}).",
+            retryable=True,
+        )
     if not previous.status.is_final:
         return in_progress(previous.run_id, previous.step_id, previous.call_id)
-    if previous.status is CallStatus.SUCCEEDED:
-        if rerun and previous.replay_policy is ReplayPolicy.AUTO:
-            return Decision(Action.RUN)
-        return Decision(Action.RETURN_RECORDED)
+    if now - previous.created_at > retention:
+        return Decision(
+            Action.REFUSE,
+            Code.RECORD_EXPIRED,
+            f"The record of {_step(previous)} expired (kept {retention / 3600:g} h), so "
+            "shellward can no longer tell whether running it again is safe; nothing ran. "
+            "If it must run again, use a new step_id.",
+        )
     if previous.started_at is None:
-        # Failed before it started (invalid input, denied, sandbox error): same answer again.
+        # Failed before it started (invalid input, denied, sandbox error): same answer.
         return Decision(Action.RETURN_RECORDED)
-    if previous.replay_policy is ReplayPolicy.AUTO:
+    policy = previous.replay_policy
+    if previous.status is CallStatus.SUCCEEDED:
+        if not rerun:
+            return Decision(Action.RETURN_RECORDED)
+        if policy is ReplayPolicy.AUTO:
+            return Decision(Action.RUN)
+        if policy is ReplayPolicy.ASK:
+            return Decision(Action.CHECK)
+        return Decision(
+            Action.REFUSE,
+            Code.SIDE_EFFECT_UNCERTAIN,
+            f"{_step(previous)} already succeeded and is {previous.idempotency.value}: running "
+            "it again would repeat its side effects. Nothing ran. If a second run is really "
+            "intended, use a new step_id.",
+        )
+    if policy is ReplayPolicy.AUTO:
         return Decision(Action.RUN)
+    if policy is ReplayPolicy.ASK:
+        return Decision(Action.CHECK)
     what = "may have partly or fully run" if previous.status is CallStatus.UNCERTAIN else "failed"
     return Decision(
         Action.REFUSE,
         Code.SIDE_EFFECT_UNCERTAIN,
-        f"step {previous.step_id!r} of run {previous.run_id!r} (call {previous.call_id}) {what} "
-        f"and is {previous.idempotency.value}, so it is not run again automatically. Check its "
-        f"effects first (shellward show {previous.call_id}), then ask the user, or start a new "
-        "step if it must run again.",
+        f"{_step(previous)} {what} and is {previous.idempotency.value}, so it is not run again "
+        f"automatically; nothing ran. Check its effects first (shellward show "
+        f"{previous.call_id}), then ask the user, or start a new step if it must run again.",
     )
+
+
+class EffectsState(enum.Enum):
+    ALREADY_APPLIED = "already_applied"  # every recorded effect is in place
+    AT_BEFORE = "at_before"  # nothing of it is in place: running again is safe
+    CONFLICT = "conflict"  # someone else changed the files, or the effects are unknown
+
+
+@dataclass(frozen=True)
+class EffectsCheck:
+    state: EffectsState
+    # Files neither at their before- nor at their after-hash (or why none can be checked).
+    conflicts: tuple[str, ...] = ()
+
+
+def check_effects(
+    previous: LedgerEntry, workspace: Path, hash_of: Callable[[Path], str]
+) -> EffectsCheck:
+    """Compare ``previous``'s recorded file effects with the workspace now."""
+    if not previous.effects_recorded:
+        return EffectsCheck(EffectsState.CONFLICT, ("(its file effects were never observed)",))
+    if not previous.file_effects:
+        return EffectsCheck(EffectsState.AT_BEFORE)
+    at_after = at_before = True
+    conflicts = []
+    for effect in previous.file_effects:
+        if effect.path.endswith("/.git/") or effect.path == ".git/":
+            # Git internals are not hashed: a write there cannot be checked.
+            conflicts.append(effect.path)
+            at_after = at_before = False
+            continue
+        now = hash_of(workspace / effect.path)
+        if effect.kind is EffectKind.RENAMED:
+            old = hash_of(workspace / effect.renamed_from)
+            is_after = now == effect.after_hash and old == ""
+            is_before = now == "" and old == effect.before_hash
+        else:
+            is_after = now == ("" if effect.kind is EffectKind.DELETED else effect.after_hash)
+            is_before = now == effect.before_hash
+        at_after &= is_after
+        at_before &= is_before
+        if not (is_after or is_before):
+            conflicts.append(effect.path)
+    if at_after:
+        return EffectsCheck(EffectsState.ALREADY_APPLIED)
+    if at_before:
+        return EffectsCheck(EffectsState.AT_BEFORE)
+    return EffectsCheck(EffectsState.CONFLICT, tuple(conflicts) or ("(a mix of old and new)",))

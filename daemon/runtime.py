@@ -1,21 +1,20 @@
 """One call, end to end: validate, identify, classify, record, run, record, answer.
 
 The runtime is where the mechanisms meet (DESIGN.md, One call, end to end); each of them
-(classifier, ledger, sandbox) is passed in, so this module holds the order of things and
-the sentences the model reads, nothing else.
+(classifier, ledger, sandbox, write detector) is passed in, so this module holds the order
+of things: the replay table is in ``replay.py``, the sentences the model reads in
+``outcomes.py``.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
 import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
@@ -26,11 +25,13 @@ from shellward.types import (
     Idempotency,
     LedgerEntry,
     OutputChunk,
+    RecoveryItem,
     ReplayPolicy,
     Verdict,
     WorkspaceStatus,
 )
-from shellwardd.config import MAX_COMMAND_BYTES, Config, Limits
+from shellwardd import requests
+from shellwardd.config import Config
 from shellwardd.errors import (
     InvalidArgument,
     NotFound,
@@ -39,28 +40,31 @@ from shellwardd.errors import (
     Unavailable,
 )
 from shellwardd.ledger import Ledger
-from shellwardd.replay import Action, Decision, decide, in_progress, mismatch
-from shellwardd.sandbox import ProcessOutcome, Sandbox, SandboxSpec
-from shellwardd.watch import CallEffects, WorkspaceMonitor
+from shellwardd.outcomes import (
+    already_applied,
+    conflict_content,
+    finished_entry,
+    reconcile,
+    refusal,
+    result_from_entry,
+)
+from shellwardd.replay import (
+    Action,
+    Decision,
+    EffectsState,
+    check_effects,
+    decide,
+    in_progress,
+    mismatch,
+)
+from shellwardd.requests import TOOL_RUN_COMMAND, CommandRequest
+from shellwardd.sandbox import Sandbox, SandboxSpec
+from shellwardd.watch import WorkspaceMonitor, content_hash
 from shellwardd.watch.paths import COOKIE_DIR
 
 log = logging.getLogger("shellwardd.runtime")
 
-TOOL_RUN_COMMAND = "run_command"
-MAX_ENV_ENTRIES = 256
-
-
-@dataclass(frozen=True)
-class CommandRequest:
-    command: str
-    cwd: str = ""
-    env: Mapping[str, str] = field(default_factory=dict)
-    timeout_seconds: float = 0.0
-    run_id: str = ""
-    step_id: str = ""
-    network: bool = False
-    rerun: bool = False
-    limits: Limits | None = None
+MAX_WAIT_SECONDS = 600.0
 
 
 class CallListener(Protocol):
@@ -69,6 +73,16 @@ class CallListener(Protocol):
     def accepted(self, call_id: str, verdict: Verdict) -> None: ...
 
     def output(self, chunk: OutputChunk) -> None: ...
+
+
+class _Silent:
+    """The listener of a call nobody streams (one run after its approval)."""
+
+    def accepted(self, call_id: str, verdict: Verdict) -> None:
+        pass
+
+    def output(self, chunk: OutputChunk) -> None:
+        pass
 
 
 Classify = Callable[[str, str | None, str | None], Verdict]
@@ -89,10 +103,12 @@ class Runtime:
         self._sandbox = sandbox
         self._monitors = monitors
         self._lock = threading.Lock()
-        # (run_id, step_id) → (call_id, input_hash) of the call being decided or run.
+        # (run_id, step_id) → (call_id, input_hash) of the request being decided or run.
         self._claimed: dict[tuple[str, str], tuple[str, str]] = {}
         self._running: dict[str, threading.Event] = {}
-        self._idle = threading.Condition(self._lock)
+        self._workers: set[threading.Thread] = set()
+        # Notified whenever a call reaches a final state (for drain and WaitCall).
+        self._changed = threading.Condition(self._lock)
         self._accepting = True
 
     # --- queries -------------------------------------------------------------------
@@ -118,7 +134,7 @@ class Runtime:
         return tuple(statuses)
 
     def classify(self, command: str, cwd: str = "") -> Verdict:
-        _check_command(command)
+        requests.check_command(command)
         workspace, resolved_cwd = self._resolve_cwd(cwd)
         return self._classify_or_invalid(command, str(resolved_cwd), str(workspace))
 
@@ -140,24 +156,88 @@ class Runtime:
     def list_calls(self, run_id: str = "", limit: int = 50) -> list[LedgerEntry]:
         return self._ledger.list(run_id=run_id, limit=max(1, min(limit or 50, 1000)))
 
+    def list_approvals(self) -> list[LedgerEntry]:
+        return self._ledger.list(status=CallStatus.PENDING_APPROVAL, limit=1000)
+
+    def wait_call(self, call_id: str, timeout: float) -> CommandResult:
+        """The call's result once it is final; IN_PROGRESS if that takes over ``timeout``."""
+        if timeout < 0 or timeout != timeout:
+            raise InvalidArgument("timeout_seconds must be 0 (60 s) or positive")
+        deadline = time.monotonic() + min(timeout or 60.0, MAX_WAIT_SECONDS)
+        entry = self.get_call(call_id)
+        with self._changed:
+            while not entry.status.is_final:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    waiting = in_progress(entry.run_id, entry.step_id, call_id)
+                    return refusal(waiting, call_id, (entry.run_id, entry.step_id), entry)
+                self._changed.wait(min(remaining, 1.0))
+                entry = self.get_call(call_id)
+        return result_from_entry(entry)
+
+    def recover(self, run_id: str) -> list[RecoveryItem]:
+        """Every step of ``run_id`` that did not end cleanly, with its action and why."""
+        if not run_id:
+            raise InvalidArgument("give the run_id to recover")
+        latest: dict[str, LedgerEntry] = {}
+        for entry in self._ledger.list(run_id=run_id, limit=100_000):
+            latest.setdefault(entry.step_id, entry)  # newest first: keep each step's newest
+        items = []
+        for entry in sorted(latest.values(), key=lambda e: e.created_at):
+            item = self._recovery_item(entry)
+            if item is not None:
+                items.append(item)
+        return items
+
+    def _recovery_item(self, entry: LedgerEntry) -> RecoveryItem | None:
+        if entry.status is CallStatus.PENDING_APPROVAL:
+            return RecoveryItem(entry, "ask", entry.content)
+        if not entry.status.is_final:
+            return RecoveryItem(entry, "wait", f"still {entry.status.value}; wait for it")
+        decision = decide(
+            entry, input_hash=entry.input_hash, rerun=False, now=time.time(),
+            retention=self._config.retention_seconds,
+        )  # fmt: skip
+        if decision.action is Action.RETURN_RECORDED:
+            return None  # succeeded, or ended before it started: nothing to recover
+        if decision.action is Action.RUN:
+            return RecoveryItem(
+                entry, "replay",
+                f"{entry.status.value} and {entry.idempotency.value}: Replay runs it again",
+            )  # fmt: skip
+        if decision.action is Action.REFUSE:
+            return RecoveryItem(entry, "refuse", decision.content)
+        check = check_effects(entry, Path(entry.workspace), content_hash)
+        if check.state is EffectsState.ALREADY_APPLIED:
+            reason = "its recorded file effects are all in place: Replay answers ALREADY_APPLIED"
+        elif check.state is EffectsState.AT_BEFORE:
+            reason = "none of its recorded file effects is in place: Replay runs it again"
+        else:
+            reason = f"changed since by someone else: {', '.join(check.conflicts)}: ask a human"
+            return RecoveryItem(entry, "ask", reason)
+        return RecoveryItem(entry, "check", reason)
+
     # --- running -------------------------------------------------------------------
 
     def run_command(self, request: CommandRequest, listener: CallListener) -> CommandResult:
         """Run one command (or answer from the ledger). Never raises for bad input."""
         call_id = str(uuid.uuid4())
-        input_hash = _input_hash(request)
-        identity = (request.run_id, request.step_id) if request.run_id and request.step_id else None
+        input_hash = requests.input_hash(request)
+        identity = request.identity
         try:
-            if identity is not None:
-                early = self._claim(identity, call_id, input_hash, request.rerun)
-                if early is not None:
-                    return early
-            try:
+            if identity is None:
                 return self._run_new(call_id, input_hash, request, listener)
+            answer = self._claim(identity, call_id, input_hash)
+            if answer is not None:
+                return answer
+            try:
+                previous = self._ledger.latest_for_step(*identity)
+                if previous is None:
+                    return self._run_new(call_id, input_hash, request, listener)
+                return self._again(previous, call_id, input_hash, request, listener)
             finally:
-                if identity is not None:
-                    with self._lock:
-                        self._claimed.pop(identity, None)
+                with self._lock:
+                    self._claimed.pop(identity, None)
         except Exception:
             log.exception("internal error", extra={"call_id": call_id})
             internal = Decision(
@@ -165,37 +245,89 @@ class Runtime:
                 "shellward hit an internal error; the daemon log has the details. Check "
                 f"`shellward show {call_id}` before retrying.",
             )  # fmt: skip
-            return _refusal(internal, call_id, (request.run_id, request.step_id))
+            return refusal(internal, call_id, (request.run_id, request.step_id))
+
+    def replay(
+        self,
+        call_id: str,
+        run_id: str,
+        step_id: str,
+        rerun: bool,
+        listener: CallListener,
+    ) -> CommandResult:
+        """Apply the replay table to a recorded call (its step's newest attempt)."""
+        previous = self.get_call(call_id, run_id, step_id)
+        if not previous.input_json:
+            decision = Decision(
+                Action.REFUSE, previous.code,
+                f"Call {previous.call_id} was refused before it started ({previous.code.value}): "
+                f"there is nothing to replay. {previous.content}",
+            )  # fmt: skip
+            return refusal(decision, previous.call_id, (previous.run_id, previous.step_id))
+        request = replace(
+            requests.from_json(previous.input_json),
+            run_id=previous.run_id,
+            step_id=previous.step_id,
+            rerun=rerun,
+        )
+        if request.identity is not None:
+            return self.run_command(request, listener)
+        return self._again(previous, str(uuid.uuid4()), previous.input_hash, request, listener)
 
     def _claim(
-        self, identity: tuple[str, str], call_id: str, input_hash: str, rerun: bool
+        self, identity: tuple[str, str], call_id: str, input_hash: str
     ) -> CommandResult | None:
-        """Take the identity for this call (None: go on and run), or answer at once."""
+        """Take the identity for this request (None), or answer at once: another request
+        for it is being decided or run right now."""
         with self._lock:
             holder = self._claimed.get(identity)
             if holder is None:
                 self._claimed[identity] = (call_id, input_hash)
-        if holder is not None:
-            # Another request for this identity is being decided or run right now.
-            held_call, held_hash = holder
-            make = in_progress if held_hash == input_hash else mismatch
-            return _refusal(make(*identity, held_call), held_call, identity)
-        previous = self._ledger.latest_for_step(*identity)
-        if previous is None:
-            return None
-        decision = decide(previous, input_hash=input_hash, rerun=rerun)
-        if decision.action is Action.RUN:
-            return None
-        with self._lock:
-            del self._claimed[identity]
+                return None
+        held_call, held_hash = holder
+        make = in_progress if held_hash == input_hash else mismatch
+        return refusal(make(*identity, held_call), held_call, identity)
+
+    def _again(
+        self,
+        previous: LedgerEntry,
+        call_id: str,
+        input_hash: str,
+        request: CommandRequest,
+        listener: CallListener,
+    ) -> CommandResult:
+        """A request for a step the ledger has seen: the replay table decides."""
+        decision = decide(
+            previous, input_hash=input_hash, rerun=request.rerun, now=time.time(),
+            retention=self._config.retention_seconds,
+        )  # fmt: skip
         if decision.action is Action.RETURN_RECORDED:
-            return _result_from_entry(previous, replayed=True)
-        return _refusal(decision, previous.call_id, identity, previous)
+            return result_from_entry(previous, replayed=True)
+        if decision.action is Action.REFUSE:
+            return refusal(
+                decision, previous.call_id, (previous.run_id, previous.step_id), previous
+            )
+        if decision.action is Action.CHECK:
+            check = check_effects(previous, Path(previous.workspace), content_hash)
+            if check.state is EffectsState.ALREADY_APPLIED:
+                return already_applied(previous)
+            if check.state is EffectsState.CONFLICT:
+                content = conflict_content(call_id, previous, check.conflicts)
+                return self._run_new(
+                    call_id, input_hash, request, listener, approval=(Code.CONFLICT, content)
+                )
+        return self._run_new(call_id, input_hash, request, listener)
 
     def _run_new(
-        self, call_id: str, input_hash: str, request: CommandRequest, listener: CallListener
+        self,
+        call_id: str,
+        input_hash: str,
+        request: CommandRequest,
+        listener: CallListener,
+        approval: tuple[Code, str] | None = None,
     ) -> CommandResult:
-        now = time.time()
+        """A new attempt: validate, classify, record; then run, or wait for a human when
+        ``approval`` (code, sentence) says so or the verdict needs a first-run approval."""
         base = LedgerEntry(
             call_id=call_id,
             run_id=request.run_id,
@@ -205,22 +337,21 @@ class Runtime:
             status=CallStatus.PLANNED,
             idempotency=Idempotency.NON_IDEMPOTENT,
             replay_policy=ReplayPolicy.NEVER,
-            command=_printable(request.command),
+            command=requests.printable(request.command),
             cwd=request.cwd,
-            created_at=now,
+            created_at=time.time(),
         )
         try:
             if not self._accepting:
                 raise Unavailable("the daemon is shutting down; retry once it is back")
             timeout = self._timeout(request.timeout_seconds)
-            _check_command(request.command)
-            _check_env(request.env)
+            requests.check_command(request.command)
+            requests.check_env(request.env)
             workspace, cwd = self._resolve_cwd(request.cwd)
             verdict = self._classify_or_invalid(request.command, str(cwd), str(workspace))
         except ShellwardError as exc:
             return self._fail_before_start(base, exc.code, exc.message)
 
-        network = request.network or verdict.needs_network
         entry = replace(
             base,
             cwd=str(cwd),
@@ -228,29 +359,39 @@ class Runtime:
             idempotency=verdict.idempotency,
             replay_policy=verdict.replay_policy,
             verdict=verdict,
-            network_granted=network,
+            network_granted=request.network or verdict.needs_network,
             timeout_seconds=timeout,
+            input_json=requests.to_json(request),
         )
-        if verdict.needs_approval:
-            entry = replace(
-                entry,
-                status=CallStatus.PENDING_APPROVAL,
-                code=Code.NEEDS_APPROVAL,
-                content=f"This command needs a human's approval before its first run "
-                f"({verdict.reason}). Ask the user to approve call {call_id}.",
+        if approval is None and verdict.needs_approval:
+            approval = (
+                Code.NEEDS_APPROVAL,
+                f"This command needs a human's approval before its first run ({verdict.reason}). "
+                f"Nothing ran yet. Ask the user to approve call {call_id} (shellward approve "
+                f"{call_id}), then wait for it with WaitCall.",
             )
-            self._ledger.record(entry, "first run needs approval")
+        if approval is not None:
+            code, content = approval
+            entry = replace(entry, status=CallStatus.PENDING_APPROVAL, code=code, content=content)
+            self._ledger.record(entry, f"waits for a human: {code.value}")
             listener.accepted(call_id, verdict)
-            return _result_from_entry(entry)
-
+            return result_from_entry(entry)
         self._ledger.record(entry)
         listener.accepted(call_id, verdict)
+        return self._execute(entry, request, listener)
+
+    def _execute(
+        self, entry: LedgerEntry, request: CommandRequest, listener: CallListener
+    ) -> CommandResult:
+        """Run a planned or approved call: started (durable) → sandbox → final state."""
+        workspace, cwd = Path(entry.workspace), Path(entry.cwd)
         monitor = self._monitors[workspace]
         # Calls that may write run alone in their workspace: inotify cannot tell two
         # writers apart. Read-only calls share it.
         try:
             watch = monitor.begin_call(
-                exclusive=verdict.idempotency is not Idempotency.IDEMPOTENT, timeout=timeout
+                exclusive=entry.idempotency is not Idempotency.IDEMPOTENT,
+                timeout=entry.timeout_seconds,
             )
         except TimeoutError:
             progress = monitor.progress()
@@ -258,22 +399,22 @@ class Runtime:
                 entry, Code.UNAVAILABLE,
                 f"The workspace was busy (indexing: {progress.files_done:,} / "
                 f"{progress.files_total:,} files, or another writing call) for the whole "
-                f"timeout of {timeout:g}s; nothing ran. Retry in a moment.",
+                f"timeout of {entry.timeout_seconds:g}s; nothing ran. Retry in a moment.",
             )  # fmt: skip
         cancel = threading.Event()
         with self._lock:
-            self._running[call_id] = cancel
+            self._running[entry.call_id] = cancel
         try:
             started_at = time.time()
-            self._ledger.mark_started(call_id, started_at)
+            self._ledger.mark_started(entry.call_id, started_at)
             entry = replace(entry, status=CallStatus.STARTED, started_at=started_at)
             spec = SandboxSpec(
                 command=request.command,
                 workspace=workspace,
                 cwd=cwd,
-                env={**request.env, "SHELLWARD_CALL_ID": call_id},
-                network=network,
-                timeout=timeout,
+                env={**request.env, "SHELLWARD_CALL_ID": entry.call_id},
+                network=entry.network_granted,
+                timeout=entry.timeout_seconds,
                 limits=request.limits or self._config.limits,
                 output_cap=self._config.output_cap_bytes,
                 hidden=(self._config.state_dir, self._config.socket.parent),
@@ -283,26 +424,27 @@ class Runtime:
                 outcome = self._sandbox.run(spec, listener.output, cancel)
             finally:
                 effects = monitor.finish_call(watch)
-            final = _reconcile(_finish(entry, outcome, time.time()), effects)
+            final = reconcile(finished_entry(entry, outcome, time.time()), effects)
             self._ledger.finish(final)
         finally:
-            with self._lock:
-                del self._running[call_id]
-                self._idle.notify_all()
+            with self._changed:
+                del self._running[entry.call_id]
+                self._changed.notify_all()
         log.info(
             "call finished",
-            extra={"call_id": call_id, "status": final.status.value, "code": final.code.value,
-                   "exit_code": final.exit_code, "duration": round(outcome.duration, 3)},
+            extra={"call_id": final.call_id, "status": final.status.value,
+                   "code": final.code.value, "exit_code": final.exit_code,
+                   "duration": round(outcome.duration, 3)},
         )  # fmt: skip
-        return _result_from_entry(final)
+        return result_from_entry(final)
 
     def _fail_planned(self, entry: LedgerEntry, code: Code, message: str) -> CommandResult:
-        """A planned call that could not start: nothing ran."""
+        """A recorded call that could not start: nothing ran."""
         final = replace(
             entry, status=CallStatus.FAILED, code=code, content=message, finished_at=time.time()
         )
-        self._ledger.finish(final, f"not started: {code.value}")
-        return _result_from_entry(final)
+        self._finish(final, f"not started: {code.value}")
+        return result_from_entry(final)
 
     def _fail_before_start(self, entry: LedgerEntry, code: Code, message: str) -> CommandResult:
         final = replace(
@@ -310,7 +452,71 @@ class Runtime:
         )
         self._ledger.record(final, f"refused before start: {code.value}")
         log.info("call refused", extra={"call_id": entry.call_id, "code": code.value})
-        return _result_from_entry(final)
+        return result_from_entry(final)
+
+    def _finish(self, entry: LedgerEntry, detail: str) -> None:
+        self._ledger.finish(entry, detail)
+        with self._changed:
+            self._changed.notify_all()
+
+    # --- approvals -----------------------------------------------------------------
+
+    def approve(self, call_id: str, approve: bool, reason: str = "") -> LedgerEntry:
+        """A human's answer to a pending call: approved calls start now, in the background."""
+        entry = self.get_call(call_id)
+        if entry.status is not CallStatus.PENDING_APPROVAL:
+            raise InvalidArgument(
+                f"call {call_id} is {entry.status.value}, not waiting for approval; see "
+                "`shellward approvals` for the calls that are"
+            )
+        why = f": {reason}" if reason else ""
+        if not approve:
+            denied = replace(
+                entry,
+                status=CallStatus.DENIED,
+                code=Code.PERMISSION_DENIED,
+                content=f"A human denied this call{why}. Nothing ran. Do not retry it; ask the "
+                "user what to do instead.",
+                finished_at=time.time(),
+            )
+            self._finish(denied, f"denied{why}")
+            return denied
+        if not self._accepting:
+            raise Unavailable("the daemon is shutting down; approve the call once it is back")
+        self._ledger.transition(
+            call_id, CallStatus.PENDING_APPROVAL, CallStatus.APPROVED, f"approved{why}"
+        )
+        approved = replace(entry, status=CallStatus.APPROVED)
+        worker = threading.Thread(
+            target=self._run_approved, args=(approved,), name=f"approved-{call_id}", daemon=True
+        )
+        with self._lock:
+            self._workers.add(worker)
+        worker.start()
+        return approved
+
+    def _run_approved(self, entry: LedgerEntry) -> None:
+        try:
+            self._execute(entry, requests.from_json(entry.input_json), _Silent())
+        except Exception:
+            log.exception("approved call failed", extra={"call_id": entry.call_id})
+        finally:
+            with self._lock:
+                self._workers.discard(threading.current_thread())
+
+    def expire_approvals(self) -> list[str]:
+        """Pending calls older than the approval timeout are denied (nothing ran)."""
+        timeout = self._config.approval_timeout
+        expired = self._ledger.expire_pending(
+            time.time() - timeout,
+            f"No human answered within {timeout:g}s, so the call was denied. Nothing ran. "
+            "Ask the user before trying again.",
+        )
+        if expired:
+            log.info("approvals expired", extra={"call_ids": expired})
+            with self._changed:
+                self._changed.notify_all()
+        return expired
 
     # --- shutdown ------------------------------------------------------------------
 
@@ -323,14 +529,17 @@ class Runtime:
         Returns how many calls were killed; they end ``uncertain``.
         """
         deadline = time.monotonic() + grace_period
-        with self._lock:
+        with self._changed:
             while self._running and time.monotonic() < deadline:
-                self._idle.wait(timeout=max(deadline - time.monotonic(), 0.01))
+                self._changed.wait(timeout=max(deadline - time.monotonic(), 0.01))
             killed = list(self._running.values())
             for cancel in killed:
                 cancel.set()
             while self._running:
-                self._idle.wait(timeout=1.0)
+                self._changed.wait(timeout=1.0)
+            workers = list(self._workers)
+        for worker in workers:
+            worker.join(timeout=5.0)
         return len(killed)
 
     # --- validation ----------------------------------------------------------------
@@ -375,189 +584,3 @@ class Runtime:
             return self._classify(command, cwd, workspace)
         except ValueError as exc:
             raise InvalidArgument(str(exc)) from exc
-
-
-# --- helpers ---------------------------------------------------------------------
-
-
-def _check_command(command: str) -> None:
-    if not command.strip():
-        raise InvalidArgument("the command is empty; send the shell command line to run")
-    if "\0" in command:
-        raise InvalidArgument("the command contains a NUL byte, which no shell can run; remove it")
-    size = len(command.encode("utf-8", "surrogatepass"))
-    if size > MAX_COMMAND_BYTES:
-        raise InvalidArgument(
-            f"the command is {size} bytes, over the limit of {MAX_COMMAND_BYTES}; write long "
-            "scripts to a file in the workspace and run that file instead"
-        )
-
-
-def _check_env(env: Mapping[str, str]) -> None:
-    if len(env) > MAX_ENV_ENTRIES:
-        raise InvalidArgument(f"env has {len(env)} entries; at most {MAX_ENV_ENTRIES} are allowed")
-    for key, value in env.items():
-        if not key or "=" in key or "\0" in key or "\0" in value:
-            raise InvalidArgument(
-                f"env entry {key!r} is invalid: names must be non-empty without '=' or NUL, "
-                "values without NUL"
-            )
-
-
-def _printable(command: str) -> str:
-    """What the ledger keeps of a command: NULs made visible, capped at the size limit."""
-    return command.replace("\0", "\\0")[:MAX_COMMAND_BYTES]
-
-
-def _input_hash(request: CommandRequest) -> str:
-    """Identity of the input: what the command is and where it runs, not how long it may take."""
-    canonical = json.dumps(
-        {
-            "tool": TOOL_RUN_COMMAND,
-            "command": request.command,
-            "cwd": request.cwd,
-            "env": sorted(request.env.items()),
-            "network": request.network,
-        },
-        ensure_ascii=False,
-        separators=(",", ":"),
-    )
-    digest = hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
-    return f"sha256:{digest}"
-
-
-def _finish(entry: LedgerEntry, outcome: ProcessOutcome, now: float) -> LedgerEntry:
-    """The final ledger entry for a call that was started: status, code and sentence."""
-    known_idempotent = entry.idempotency is Idempotency.IDEMPOTENT
-    common = {
-        "finished_at": now,
-        "stdout": outcome.stdout,
-        "stderr": outcome.stderr,
-        "exit_code": outcome.exit_code,
-    }
-    check = f"Check its effects first (`shellward show {entry.call_id}`) or ask the user."
-    if not outcome.started:
-        return replace(
-            entry, status=CallStatus.FAILED, code=Code.SANDBOX_ERROR, **common,
-            content=f"The sandbox could not start the command: {outcome.sandbox_error}. Nothing "
-            "ran. This is a problem of the daemon's set-up, not of the command; tell the user.",
-        )  # fmt: skip
-    if outcome.timed_out:
-        if known_idempotent:
-            return replace(
-                entry, status=CallStatus.FAILED, code=Code.TIMEOUT, **common,
-                content=f"The command did not finish within {entry.timeout_seconds:g}s and was "
-                "killed. It only reads, so retrying is safe: give it a longer timeout or a "
-                "narrower scope.",
-            )  # fmt: skip
-        return replace(
-            entry, status=CallStatus.UNCERTAIN, code=Code.SIDE_EFFECT_UNCERTAIN, **common,
-            content=f"The command did not finish within {entry.timeout_seconds:g}s and was "
-            f"killed; it may have partly or fully run. Do not retry automatically. {check}",
-        )  # fmt: skip
-    if outcome.cancelled:
-        code = Code.INTERRUPTED if known_idempotent else Code.SIDE_EFFECT_UNCERTAIN
-        advice = "It only reads, so running it again is safe." if known_idempotent else check
-        return replace(
-            entry, status=CallStatus.UNCERTAIN, code=code, **common,
-            content=f"The daemon shut down while the command ran and killed it. {advice}",
-        )  # fmt: skip
-    if outcome.exit_code == 0:
-        return replace(
-            entry, status=CallStatus.SUCCEEDED, code=Code.OK, **common,
-            content="The command succeeded (exit status 0).",
-        )  # fmt: skip
-    return replace(
-        entry, status=CallStatus.FAILED, code=Code.COMMAND_FAILED, **common,
-        content=f"The command exited with status {outcome.exit_code}; stderr says why. Fix the "
-        "cause before running it again.",
-    )  # fmt: skip
-
-
-def _reconcile(entry: LedgerEntry, observed: CallEffects) -> LedgerEntry:
-    """Put the observed file effects on the entry; a "read-only" call that wrote is
-    downgraded for replay, with the reason naming the files."""
-    notes = [observed.note] if observed.note else []
-    changes: dict[str, object] = {}
-    content = entry.content
-    if observed.effects:
-        paths = [effect.path for effect in observed.effects]
-        shown = ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
-        content += f" It changed {len(paths)} file(s): {shown}."
-    if observed.effects and entry.idempotency is Idempotency.IDEMPOTENT:
-        notes.append(
-            f"classified idempotent but wrote {len(paths)} file(s): {shown}; replay now needs "
-            "a check (at least ask)"
-        )
-        content += " It was expected to only read, so replaying it now needs a check."
-        changes = {
-            "unexpected_writes": True,
-            "idempotency": Idempotency.CONDITIONAL,
-            "replay_policy": max(entry.replay_policy, ReplayPolicy.ASK),
-        }
-    return replace(
-        entry,
-        content=content,
-        file_effects=observed.effects,
-        effects_from_rescan=observed.from_rescan,
-        note="; ".join(filter(None, [entry.note, *notes])),
-        **changes,  # type: ignore[arg-type]
-    )
-
-
-def _retryable(entry: LedgerEntry) -> bool:
-    """May the agent simply send this call again?"""
-    if entry.status is CallStatus.SUCCEEDED:
-        return False
-    if entry.started_at is None:
-        # Nothing ran: retrying the same input only helps where the cause was transient.
-        return entry.code in (Code.IN_PROGRESS, Code.INTERRUPTED)
-    return entry.replay_policy is ReplayPolicy.AUTO
-
-
-def _result_from_entry(entry: LedgerEntry, *, replayed: bool = False) -> CommandResult:
-    content = entry.content
-    if replayed:
-        content = f"Recorded result of call {entry.call_id}, replayed: nothing ran now. {content}"
-    return CommandResult(
-        ok=entry.status is CallStatus.SUCCEEDED,
-        code=entry.code,
-        content=content,
-        call_id=entry.call_id,
-        retryable=_retryable(entry),
-        idempotency=entry.idempotency,
-        replay_policy=entry.replay_policy,
-        status=entry.status,
-        exit_code=entry.exit_code,
-        replayed=replayed,
-        stdout=entry.stdout,
-        stderr=entry.stderr,
-        verdict=entry.verdict,
-        file_effects=entry.file_effects,
-        run_id=entry.run_id,
-        step_id=entry.step_id,
-        started_at=entry.started_at,
-        finished_at=entry.finished_at,
-    )
-
-
-def _refusal(
-    decision: Decision,
-    call_id: str,
-    identity: tuple[str, str],
-    previous: LedgerEntry | None = None,
-) -> CommandResult:
-    """An answer that runs nothing; it names the call it is about, without its output."""
-    return CommandResult(
-        ok=False,
-        code=decision.code,
-        content=decision.content,
-        call_id=call_id,
-        retryable=decision.retryable,
-        idempotency=previous.idempotency if previous else Idempotency.NON_IDEMPOTENT,
-        replay_policy=previous.replay_policy if previous else ReplayPolicy.NEVER,
-        status=previous.status if previous else CallStatus.FAILED,
-        verdict=previous.verdict if previous else None,
-        run_id=identity[0],
-        step_id=identity[1],
-    )

@@ -27,6 +27,7 @@ from shellward import _wire
 from shellward.types import Code, CommandResult, OutputChunk, Verdict
 from shellward.v1 import shellward_pb2 as pb
 from shellward.v1 import shellward_pb2_grpc as pb_grpc
+from shellwardd.classifier import LiveRules
 from shellwardd.config import Config, Limits
 from shellwardd.errors import ShellwardError
 from shellwardd.runtime import CommandRequest, Runtime
@@ -55,47 +56,79 @@ class DaemonInfo:
     config: Config
     sandbox_enabled: bool
     sandbox_detail: str
-    rule_sources: tuple[str, ...]
     started_at: float
 
 
 class ShellwardServicer(pb_grpc.ShellwardServicer):
-    def __init__(self, runtime: Runtime, info: DaemonInfo) -> None:
+    def __init__(self, runtime: Runtime, rules: LiveRules, info: DaemonInfo) -> None:
         self._runtime = runtime
+        self._rules = rules
         self._info = info
 
     def RunCommand(
         self, request: pb.RunCommandRequest, context: grpc.ServicerContext
     ) -> Iterator[pb.RunCommandEvent]:
-        events: queue.Queue[object] = queue.Queue()
-        closed = object()
-        # When the client goes away the call keeps running on its own thread and is
-        # recorded; only the streaming stops.
-        context.add_callback(lambda: events.put(closed))
-        listener = _QueueListener(events)
         command = _command_request(request)
-        worker = threading.Thread(
-            target=lambda: events.put(self._runtime.run_command(command, listener)),
-            name="call",
-            daemon=True,
-        )
-        worker.start()
-        while True:
-            event = events.get()
-            if event is closed:
-                return
-            if isinstance(event, CommandResult):
-                yield pb.RunCommandEvent(result=_wire.result_to_wire(event))
-                return
-            if isinstance(event, OutputChunk):
-                yield pb.RunCommandEvent(output=_wire.chunk_to_wire(event))
-            else:
-                call_id, verdict = event  # type: ignore[misc]
-                yield pb.RunCommandEvent(
-                    accepted=pb.CallAccepted(
-                        call_id=call_id, verdict=_wire.verdict_to_wire(verdict)
-                    )
+        yield from _stream(context, lambda listener: self._runtime.run_command(command, listener))
+
+    def Replay(
+        self, request: pb.ReplayRequest, context: grpc.ServicerContext
+    ) -> Iterator[pb.RunCommandEvent]:
+        def replay(listener: _QueueListener) -> CommandResult:
+            return self._runtime.replay(
+                request.call_id, request.run_id, request.step_id, request.rerun, listener
+            )
+
+        # Unknown ids and bad identities are gRPC errors, like GetCall's.
+        _unary(context, lambda: self._runtime.get_call(
+            request.call_id, request.run_id, request.step_id))  # fmt: skip
+        yield from _stream(context, replay)
+
+    def Recover(
+        self, request: pb.RecoverRequest, context: grpc.ServicerContext
+    ) -> pb.RecoverResponse:
+        items = _unary(context, lambda: self._runtime.recover(request.run_id))
+        return pb.RecoverResponse(
+            items=[
+                pb.RecoveryItem(
+                    call=_wire.entry_to_wire(item.call, omit_output=True),
+                    action=item.action,
+                    reason=item.reason,
                 )
+                for item in items
+            ]
+        )
+
+    def WaitCall(
+        self, request: pb.WaitCallRequest, context: grpc.ServicerContext
+    ) -> pb.CommandResult:
+        result = _unary(
+            context, lambda: self._runtime.wait_call(request.call_id, request.timeout_seconds)
+        )
+        return _wire.result_to_wire(result)
+
+    def ListApprovals(
+        self, request: pb.ListApprovalsRequest, context: grpc.ServicerContext
+    ) -> pb.ListCallsResponse:
+        entries = _unary(context, self._runtime.list_approvals)
+        return pb.ListCallsResponse(
+            calls=[_wire.entry_to_wire(e, omit_output=True) for e in entries]
+        )
+
+    def Approve(self, request: pb.ApproveRequest, context: grpc.ServicerContext) -> pb.LedgerEntry:
+        entry = _unary(
+            context,
+            lambda: self._runtime.approve(request.call_id, request.approve, request.reason),
+        )
+        return _wire.entry_to_wire(entry)
+
+    def ReloadRules(
+        self, request: pb.ReloadRulesRequest, context: grpc.ServicerContext
+    ) -> pb.ReloadRulesResponse:
+        outcome = self._rules.reload()
+        return pb.ReloadRulesResponse(
+            ok=outcome.ok, error=outcome.error, rule_sources=list(outcome.sources)
+        )
 
     def Classify(
         self, request: pb.ClassifyRequest, context: grpc.ServicerContext
@@ -132,7 +165,7 @@ class ShellwardServicer(pb_grpc.ShellwardServicer):
             workspaces=[str(w) for w in info.config.workspaces],
             running_calls=self._runtime.running_count,
             uptime_seconds=time.time() - info.started_at,
-            rule_sources=list(info.rule_sources),
+            rule_sources=list(self._rules.sources),
             tcp_address=info.config.tcp or "",
             workspace_status=[
                 pb.WorkspaceStatus(
@@ -145,6 +178,33 @@ class ShellwardServicer(pb_grpc.ShellwardServicer):
                 for w in self._runtime.workspace_status()
             ],
         )
+
+
+def _stream(
+    context: grpc.ServicerContext, action: Callable[[_QueueListener], CommandResult]
+) -> Iterator[pb.RunCommandEvent]:
+    """Run ``action`` on its own thread and stream its events; when the client goes away
+    the call keeps running and is recorded, only the streaming stops."""
+    events: queue.Queue[object] = queue.Queue()
+    closed = object()
+    context.add_callback(lambda: events.put(closed))
+    listener = _QueueListener(events)
+    worker = threading.Thread(target=lambda: events.put(action(listener)), name="call", daemon=True)
+    worker.start()
+    while True:
+        event = events.get()
+        if event is closed:
+            return
+        if isinstance(event, CommandResult):
+            yield pb.RunCommandEvent(result=_wire.result_to_wire(event))
+            return
+        if isinstance(event, OutputChunk):
+            yield pb.RunCommandEvent(output=_wire.chunk_to_wire(event))
+        else:
+            call_id, verdict = event  # type: ignore[misc]
+            yield pb.RunCommandEvent(
+                accepted=pb.CallAccepted(call_id=call_id, verdict=_wire.verdict_to_wire(verdict))
+            )
 
 
 class _QueueListener:
@@ -234,11 +294,11 @@ def _deny_handler(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
 class Listeners:
     """The daemon's gRPC servers: one on the Unix socket, one on TCP when configured."""
 
-    def __init__(self, runtime: Runtime, info: DaemonInfo) -> None:
+    def __init__(self, runtime: Runtime, rules: LiveRules, info: DaemonInfo) -> None:
         config = info.config
         self._socket = config.socket
         self._health = health.HealthServicer()
-        servicer = ShellwardServicer(runtime, info)
+        servicer = ShellwardServicer(runtime, rules, info)
         self.servers: list[grpc.Server] = [self._make(servicer, ())]
         self.tcp_port: int | None = None
         _prepare_socket(config.socket)

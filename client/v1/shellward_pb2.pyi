@@ -1,5 +1,6 @@
 import datetime
 
+from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
@@ -306,7 +307,7 @@ class FileEffect(_message.Message):
     def __init__(self, path: _Optional[str] = ..., kind: _Optional[_Union[EffectKind, str]] = ..., before_hash: _Optional[str] = ..., after_hash: _Optional[str] = ..., size: _Optional[int] = ..., renamed_from: _Optional[str] = ..., from_rescan: _Optional[bool] = ...) -> None: ...
 
 class LedgerEntry(_message.Message):
-    __slots__ = ("call_id", "run_id", "step_id", "tool_name", "input_hash", "status", "idempotency", "replay_policy", "idempotency_key", "command", "cwd", "workspace", "verdict", "file_effects", "network_granted", "exit_code", "code", "content", "stdout", "stderr", "timeout_seconds", "created_at", "started_at", "finished_at", "unexpected_writes", "effects_from_rescan", "note")
+    __slots__ = ("call_id", "run_id", "step_id", "tool_name", "input_hash", "status", "idempotency", "replay_policy", "idempotency_key", "command", "cwd", "workspace", "verdict", "file_effects", "network_granted", "exit_code", "code", "content", "stdout", "stderr", "timeout_seconds", "created_at", "started_at", "finished_at", "unexpected_writes", "effects_from_rescan", "note", "input_json", "effects_recorded")
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     STEP_ID_FIELD_NUMBER: _ClassVar[int]
@@ -334,6 +335,8 @@ class LedgerEntry(_message.Message):
     UNEXPECTED_WRITES_FIELD_NUMBER: _ClassVar[int]
     EFFECTS_FROM_RESCAN_FIELD_NUMBER: _ClassVar[int]
     NOTE_FIELD_NUMBER: _ClassVar[int]
+    INPUT_JSON_FIELD_NUMBER: _ClassVar[int]
+    EFFECTS_RECORDED_FIELD_NUMBER: _ClassVar[int]
     call_id: str
     run_id: str
     step_id: str
@@ -361,7 +364,9 @@ class LedgerEntry(_message.Message):
     unexpected_writes: bool
     effects_from_rescan: bool
     note: str
-    def __init__(self, call_id: _Optional[str] = ..., run_id: _Optional[str] = ..., step_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., input_hash: _Optional[str] = ..., status: _Optional[_Union[CallStatus, str]] = ..., idempotency: _Optional[_Union[Idempotency, str]] = ..., replay_policy: _Optional[_Union[ReplayPolicy, str]] = ..., idempotency_key: _Optional[str] = ..., command: _Optional[str] = ..., cwd: _Optional[str] = ..., workspace: _Optional[str] = ..., verdict: _Optional[_Union[Verdict, _Mapping]] = ..., file_effects: _Optional[_Iterable[_Union[FileEffect, _Mapping]]] = ..., network_granted: _Optional[bool] = ..., exit_code: _Optional[int] = ..., code: _Optional[str] = ..., content: _Optional[str] = ..., stdout: _Optional[_Union[CapturedOutput, _Mapping]] = ..., stderr: _Optional[_Union[CapturedOutput, _Mapping]] = ..., timeout_seconds: _Optional[float] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., unexpected_writes: _Optional[bool] = ..., effects_from_rescan: _Optional[bool] = ..., note: _Optional[str] = ...) -> None: ...
+    input_json: str
+    effects_recorded: bool
+    def __init__(self, call_id: _Optional[str] = ..., run_id: _Optional[str] = ..., step_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., input_hash: _Optional[str] = ..., status: _Optional[_Union[CallStatus, str]] = ..., idempotency: _Optional[_Union[Idempotency, str]] = ..., replay_policy: _Optional[_Union[ReplayPolicy, str]] = ..., idempotency_key: _Optional[str] = ..., command: _Optional[str] = ..., cwd: _Optional[str] = ..., workspace: _Optional[str] = ..., verdict: _Optional[_Union[Verdict, _Mapping]] = ..., file_effects: _Optional[_Iterable[_Union[FileEffect, _Mapping]]] = ..., network_granted: _Optional[bool] = ..., exit_code: _Optional[int] = ..., code: _Optional[str] = ..., content: _Optional[str] = ..., stdout: _Optional[_Union[CapturedOutput, _Mapping]] = ..., stderr: _Optional[_Union[CapturedOutput, _Mapping]] = ..., timeout_seconds: _Optional[float] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., unexpected_writes: _Optional[bool] = ..., effects_from_rescan: _Optional[bool] = ..., note: _Optional[str] = ..., input_json: _Optional[str] = ..., effects_recorded: _Optional[bool] = ...) -> None: ...
 
 class ClassifyRequest(_message.Message):
     __slots__ = ("command", "cwd")
@@ -448,3 +453,147 @@ class WorkspaceStatus(_message.Message):
     files_total: int
     note: str
     def __init__(self, root: _Optional[str] = ..., state: _Optional[str] = ..., files_done: _Optional[int] = ..., files_total: _Optional[int] = ..., note: _Optional[str] = ...) -> None: ...
+
+class ReloadRulesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ReloadRulesResponse(_message.Message):
+    __slots__ = ("ok", "error", "rule_sources")
+    OK_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    RULE_SOURCES_FIELD_NUMBER: _ClassVar[int]
+    ok: bool
+    error: str
+    rule_sources: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, ok: _Optional[bool] = ..., error: _Optional[str] = ..., rule_sources: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ReplayRequest(_message.Message):
+    __slots__ = ("call_id", "run_id", "step_id", "rerun")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_ID_FIELD_NUMBER: _ClassVar[int]
+    RERUN_FIELD_NUMBER: _ClassVar[int]
+    call_id: str
+    run_id: str
+    step_id: str
+    rerun: bool
+    def __init__(self, call_id: _Optional[str] = ..., run_id: _Optional[str] = ..., step_id: _Optional[str] = ..., rerun: _Optional[bool] = ...) -> None: ...
+
+class RecoverRequest(_message.Message):
+    __slots__ = ("run_id",)
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    def __init__(self, run_id: _Optional[str] = ...) -> None: ...
+
+class RecoverResponse(_message.Message):
+    __slots__ = ("items",)
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    items: _containers.RepeatedCompositeFieldContainer[RecoveryItem]
+    def __init__(self, items: _Optional[_Iterable[_Union[RecoveryItem, _Mapping]]] = ...) -> None: ...
+
+class RecoveryItem(_message.Message):
+    __slots__ = ("call", "action", "reason")
+    CALL_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    call: LedgerEntry
+    action: str
+    reason: str
+    def __init__(self, call: _Optional[_Union[LedgerEntry, _Mapping]] = ..., action: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class WaitCallRequest(_message.Message):
+    __slots__ = ("call_id", "timeout_seconds")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    call_id: str
+    timeout_seconds: float
+    def __init__(self, call_id: _Optional[str] = ..., timeout_seconds: _Optional[float] = ...) -> None: ...
+
+class ListApprovalsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ApproveRequest(_message.Message):
+    __slots__ = ("call_id", "approve", "reason")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    APPROVE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    call_id: str
+    approve: bool
+    reason: str
+    def __init__(self, call_id: _Optional[str] = ..., approve: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class CallToolRequest(_message.Message):
+    __slots__ = ("tool", "arguments", "run_id", "step_id", "cwd", "timeout_seconds", "user")
+    TOOL_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_ID_FIELD_NUMBER: _ClassVar[int]
+    CWD_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    tool: str
+    arguments: _struct_pb2.Struct
+    run_id: str
+    step_id: str
+    cwd: str
+    timeout_seconds: float
+    user: str
+    def __init__(self, tool: _Optional[str] = ..., arguments: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., run_id: _Optional[str] = ..., step_id: _Optional[str] = ..., cwd: _Optional[str] = ..., timeout_seconds: _Optional[float] = ..., user: _Optional[str] = ...) -> None: ...
+
+class ToolResult(_message.Message):
+    __slots__ = ("ok", "code", "content", "metadata", "output", "data", "file_effects", "idempotency_key")
+    OK_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    FILE_EFFECTS_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    ok: bool
+    code: str
+    content: str
+    metadata: ResultMetadata
+    output: _struct_pb2.Struct
+    data: bytes
+    file_effects: _containers.RepeatedCompositeFieldContainer[FileEffect]
+    idempotency_key: str
+    def __init__(self, ok: _Optional[bool] = ..., code: _Optional[str] = ..., content: _Optional[str] = ..., metadata: _Optional[_Union[ResultMetadata, _Mapping]] = ..., output: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., data: _Optional[bytes] = ..., file_effects: _Optional[_Iterable[_Union[FileEffect, _Mapping]]] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+
+class ListToolsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListToolsResponse(_message.Message):
+    __slots__ = ("tools",)
+    TOOLS_FIELD_NUMBER: _ClassVar[int]
+    tools: _containers.RepeatedCompositeFieldContainer[ToolInfo]
+    def __init__(self, tools: _Optional[_Iterable[_Union[ToolInfo, _Mapping]]] = ...) -> None: ...
+
+class ToolInfo(_message.Message):
+    __slots__ = ("name", "server", "description", "idempotency", "replay_policy", "reason", "source", "trust", "needs_approval", "changed", "input_schema")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SERVER_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_FIELD_NUMBER: _ClassVar[int]
+    REPLAY_POLICY_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    TRUST_FIELD_NUMBER: _ClassVar[int]
+    NEEDS_APPROVAL_FIELD_NUMBER: _ClassVar[int]
+    CHANGED_FIELD_NUMBER: _ClassVar[int]
+    INPUT_SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    server: str
+    description: str
+    idempotency: Idempotency
+    replay_policy: ReplayPolicy
+    reason: str
+    source: str
+    trust: str
+    needs_approval: bool
+    changed: bool
+    input_schema: _struct_pb2.Struct
+    def __init__(self, name: _Optional[str] = ..., server: _Optional[str] = ..., description: _Optional[str] = ..., idempotency: _Optional[_Union[Idempotency, str]] = ..., replay_policy: _Optional[_Union[ReplayPolicy, str]] = ..., reason: _Optional[str] = ..., source: _Optional[str] = ..., trust: _Optional[str] = ..., needs_approval: _Optional[bool] = ..., changed: _Optional[bool] = ..., input_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...

@@ -59,6 +59,46 @@ class ShellwardStub:
                 request_serializer=shellward_dot_v1_dot_shellward__pb2.GetStatusRequest.SerializeToString,
                 response_deserializer=shellward_dot_v1_dot_shellward__pb2.StatusResponse.FromString,
                 _registered_method=True)
+        self.ReloadRules = channel.unary_unary(
+                '/shellward.v1.Shellward/ReloadRules',
+                request_serializer=shellward_dot_v1_dot_shellward__pb2.ReloadRulesRequest.SerializeToString,
+                response_deserializer=shellward_dot_v1_dot_shellward__pb2.ReloadRulesResponse.FromString,
+                _registered_method=True)
+        self.Replay = channel.unary_stream(
+                '/shellward.v1.Shellward/Replay',
+                request_serializer=shellward_dot_v1_dot_shellward__pb2.ReplayRequest.SerializeToString,
+                response_deserializer=shellward_dot_v1_dot_shellward__pb2.RunCommandEvent.FromString,
+                _registered_method=True)
+        self.Recover = channel.unary_unary(
+                '/shellward.v1.Shellward/Recover',
+                request_serializer=shellward_dot_v1_dot_shellward__pb2.RecoverRequest.SerializeToString,
+                response_deserializer=shellward_dot_v1_dot_shellward__pb2.RecoverResponse.FromString,
+                _registered_method=True)
+        self.WaitCall = channel.unary_unary(
+                '/shellward.v1.Shellward/WaitCall',
+                request_serializer=shellward_dot_v1_dot_shellward__pb2.WaitCallRequest.SerializeToString,
+                response_deserializer=shellward_dot_v1_dot_shellward__pb2.CommandResult.FromString,
+                _registered_method=True)
+        self.ListApprovals = channel.unary_unary(
+                '/shellward.v1.Shellward/ListApprovals',
+                request_serializer=shellward_dot_v1_dot_shellward__pb2.ListApprovalsRequest.SerializeToString,
+                response_deserializer=shellward_dot_v1_dot_shellward__pb2.ListCallsResponse.FromString,
+                _registered_method=True)
+        self.Approve = channel.unary_unary(
+                '/shellward.v1.Shellward/Approve',
+                request_serializer=shellward_dot_v1_dot_shellward__pb2.ApproveRequest.SerializeToString,
+                response_deserializer=shellward_dot_v1_dot_shellward__pb2.LedgerEntry.FromString,
+                _registered_method=True)
+        self.CallTool = channel.unary_unary(
+                '/shellward.v1.Shellward/CallTool',
+                request_serializer=shellward_dot_v1_dot_shellward__pb2.CallToolRequest.SerializeToString,
+                response_deserializer=shellward_dot_v1_dot_shellward__pb2.ToolResult.FromString,
+                _registered_method=True)
+        self.ListTools = channel.unary_unary(
+                '/shellward.v1.Shellward/ListTools',
+                request_serializer=shellward_dot_v1_dot_shellward__pb2.ListToolsRequest.SerializeToString,
+                response_deserializer=shellward_dot_v1_dot_shellward__pb2.ListToolsResponse.FromString,
+                _registered_method=True)
 
 
 class ShellwardServicer:
@@ -101,6 +141,63 @@ class ShellwardServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReloadRules(self, request, context):
+        """Re-reads the rule files; on error the last good rules stay in force.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Replay(self, request, context):
+        """Applies the replay decision table to a recorded call: returns the recorded
+        result, runs it again, checks its file effects, asks a human, or refuses.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Recover(self, request, context):
+        """Every call of a run that did not end cleanly, with the action the table gives.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WaitCall(self, request, context):
+        """Waits until a call is final (an approval, a duplicate still running) and
+        returns its result; answers IN_PROGRESS when the wait times out.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListApprovals(self, request, context):
+        """Calls waiting for a human, and the human's answer.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Approve(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CallTool(self, request, context):
+        """Built-in file tools (read_file, list_files, write_file, apply_patch) and tools
+        of configured MCP servers, ledgered like commands.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListTools(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ShellwardServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -128,6 +225,46 @@ def add_ShellwardServicer_to_server(servicer, server):
                     servicer.GetStatus,
                     request_deserializer=shellward_dot_v1_dot_shellward__pb2.GetStatusRequest.FromString,
                     response_serializer=shellward_dot_v1_dot_shellward__pb2.StatusResponse.SerializeToString,
+            ),
+            'ReloadRules': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReloadRules,
+                    request_deserializer=shellward_dot_v1_dot_shellward__pb2.ReloadRulesRequest.FromString,
+                    response_serializer=shellward_dot_v1_dot_shellward__pb2.ReloadRulesResponse.SerializeToString,
+            ),
+            'Replay': grpc.unary_stream_rpc_method_handler(
+                    servicer.Replay,
+                    request_deserializer=shellward_dot_v1_dot_shellward__pb2.ReplayRequest.FromString,
+                    response_serializer=shellward_dot_v1_dot_shellward__pb2.RunCommandEvent.SerializeToString,
+            ),
+            'Recover': grpc.unary_unary_rpc_method_handler(
+                    servicer.Recover,
+                    request_deserializer=shellward_dot_v1_dot_shellward__pb2.RecoverRequest.FromString,
+                    response_serializer=shellward_dot_v1_dot_shellward__pb2.RecoverResponse.SerializeToString,
+            ),
+            'WaitCall': grpc.unary_unary_rpc_method_handler(
+                    servicer.WaitCall,
+                    request_deserializer=shellward_dot_v1_dot_shellward__pb2.WaitCallRequest.FromString,
+                    response_serializer=shellward_dot_v1_dot_shellward__pb2.CommandResult.SerializeToString,
+            ),
+            'ListApprovals': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListApprovals,
+                    request_deserializer=shellward_dot_v1_dot_shellward__pb2.ListApprovalsRequest.FromString,
+                    response_serializer=shellward_dot_v1_dot_shellward__pb2.ListCallsResponse.SerializeToString,
+            ),
+            'Approve': grpc.unary_unary_rpc_method_handler(
+                    servicer.Approve,
+                    request_deserializer=shellward_dot_v1_dot_shellward__pb2.ApproveRequest.FromString,
+                    response_serializer=shellward_dot_v1_dot_shellward__pb2.LedgerEntry.SerializeToString,
+            ),
+            'CallTool': grpc.unary_unary_rpc_method_handler(
+                    servicer.CallTool,
+                    request_deserializer=shellward_dot_v1_dot_shellward__pb2.CallToolRequest.FromString,
+                    response_serializer=shellward_dot_v1_dot_shellward__pb2.ToolResult.SerializeToString,
+            ),
+            'ListTools': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTools,
+                    request_deserializer=shellward_dot_v1_dot_shellward__pb2.ListToolsRequest.FromString,
+                    response_serializer=shellward_dot_v1_dot_shellward__pb2.ListToolsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -265,6 +402,222 @@ class Shellward:
             '/shellward.v1.Shellward/GetStatus',
             shellward_dot_v1_dot_shellward__pb2.GetStatusRequest.SerializeToString,
             shellward_dot_v1_dot_shellward__pb2.StatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReloadRules(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shellward.v1.Shellward/ReloadRules',
+            shellward_dot_v1_dot_shellward__pb2.ReloadRulesRequest.SerializeToString,
+            shellward_dot_v1_dot_shellward__pb2.ReloadRulesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Replay(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/shellward.v1.Shellward/Replay',
+            shellward_dot_v1_dot_shellward__pb2.ReplayRequest.SerializeToString,
+            shellward_dot_v1_dot_shellward__pb2.RunCommandEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Recover(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shellward.v1.Shellward/Recover',
+            shellward_dot_v1_dot_shellward__pb2.RecoverRequest.SerializeToString,
+            shellward_dot_v1_dot_shellward__pb2.RecoverResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WaitCall(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shellward.v1.Shellward/WaitCall',
+            shellward_dot_v1_dot_shellward__pb2.WaitCallRequest.SerializeToString,
+            shellward_dot_v1_dot_shellward__pb2.CommandResult.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListApprovals(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shellward.v1.Shellward/ListApprovals',
+            shellward_dot_v1_dot_shellward__pb2.ListApprovalsRequest.SerializeToString,
+            shellward_dot_v1_dot_shellward__pb2.ListCallsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Approve(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shellward.v1.Shellward/Approve',
+            shellward_dot_v1_dot_shellward__pb2.ApproveRequest.SerializeToString,
+            shellward_dot_v1_dot_shellward__pb2.LedgerEntry.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CallTool(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shellward.v1.Shellward/CallTool',
+            shellward_dot_v1_dot_shellward__pb2.CallToolRequest.SerializeToString,
+            shellward_dot_v1_dot_shellward__pb2.ToolResult.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTools(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shellward.v1.Shellward/ListTools',
+            shellward_dot_v1_dot_shellward__pb2.ListToolsRequest.SerializeToString,
+            shellward_dot_v1_dot_shellward__pb2.ListToolsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -7,8 +7,16 @@ See rules/README.md for the rule file format.
 """
 
 from .classifier import Classifier
+from .live import LiveRules
 from .loading import check_rule_file, load_rules
 from .rules import RuleFileError
 from .ruleset import RuleSet
 
-__all__ = ["Classifier", "RuleFileError", "RuleSet", "check_rule_file", "load_rules"]
+__all__ = [
+    "Classifier",
+    "LiveRules",
+    "RuleFileError",
+    "RuleSet",
+    "check_rule_file",
+    "load_rules",
+]

@@ -42,14 +42,16 @@ def classify_with(
     everything = (0, len(command))
     analyzer = Analyzer(index, constraints, cwd, workspace, source=command)
     if len(command) > MAX_COMMAND_CHARS:
-        analyzer.fail(everything, "", f"the command is longer than {MAX_COMMAND_CHARS}"
-                       " characters")
+        analyzer.fail(everything, "", f"the command is longer than {MAX_COMMAND_CHARS} characters")
     else:
         try:
             analyzer.code(command, "", 0, everything, 0)
         except Exception as exc:  # the safety core must answer; a bug here means "never"
-            analyzer.fail(everything, "", f"the classifier failed ({type(exc).__name__}: "
-                           f"{exc}); treated as unsafe")
+            analyzer.fail(
+                everything,
+                "",
+                f"the classifier failed ({type(exc).__name__}: {exc}); treated as unsafe",
+            )
     return _verdict(command, analyzer.parts)
 
 
@@ -89,4 +91,3 @@ def _replay_words(replay: ReplayPolicy) -> str:
 def _snippet(command: str, span: tuple[int, int], limit: int = 60) -> str:
     text = " ".join(command[span[0] : span[1]].split()) or " ".join(command.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
-

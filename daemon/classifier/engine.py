@@ -273,8 +273,9 @@ class Analyzer:
             if kind == "code":
                 self._reenter(words[start:end], inner_context, depth)
             else:
-                self.simple(words[start:end], None, inner_context, depth + 1,
-                            appended=kind == "appended")
+                self.simple(
+                    words[start:end], None, inner_context, depth + 1, appended=kind == "appended"
+                )
 
     def _reenter(self, words: Sequence[Word], context: str, depth: int) -> None:
         text = " ".join(w.text for w in words)
@@ -294,8 +295,9 @@ class Analyzer:
     ) -> tuple[_Judgement, str]:
         program = words[0]
         if program.dynamic:
-            return _never(f"the program is named by {program.dynamic}",
-                          "classifier:dynamic-program"), ""
+            return _never(
+                f"the program is named by {program.dynamic}", "classifier:dynamic-program"
+            ), ""
         name = program.text
         if "/" not in name and name in self.functions:
             return _Judgement(
@@ -325,8 +327,11 @@ class Analyzer:
         if "/" not in name:
             return name, (name,), ""
         if name.startswith("~"):
-            return name, (), f"runs `{name}`, a path under a home directory the classifier" \
-                " cannot resolve"
+            return (
+                name,
+                (),
+                f"runs `{name}`, a path under a home directory the classifier cannot resolve",
+            )
         if os.path.isabs(name):
             path = os.path.normpath(name)
         elif self.cwd is None:
@@ -336,8 +341,10 @@ class Analyzer:
         if self.workspace is not None:
             ws = os.path.normpath(self.workspace)
             if path == ws or path.startswith(ws.rstrip("/") + "/"):
-                return path, (), (
-                    f"runs `{name}`, a program inside the workspace, which rules never trust"
+                return (
+                    path,
+                    (),
+                    (f"runs `{name}`, a program inside the workspace, which rules never trust"),
                 )
         directory, base = os.path.split(path)
         return path, ((path, base) if directory in SYSTEM_DIRS else (path,)), ""
@@ -379,7 +386,11 @@ class Analyzer:
             shown = " ".join(texts[:2])
             return _never(f"runs `{shown}`, which no rule knows", "classifier:unknown")
         judgement = _Judgement(
-            rule.idempotency, rule.replay, rule.reason, rule.qualified_id, rule.network,
+            rule.idempotency,
+            rule.replay,
+            rule.reason,
+            rule.qualified_id,
+            rule.network,
             rule.approval,
         )
         judgement.fact(0, texts[0], ArgumentKind.PROGRAM)
@@ -389,8 +400,14 @@ class Analyzer:
             if rules.base is not None:
                 # The program's own options (before the subcommand) answer to its own rule:
                 # `git -c core.pager=… log` is decided by the `git` conditions.
-                self._apply(judgement, rules.base, texts, list(range(1, sub[0])), primary,
-                            conditions_only=True)
+                self._apply(
+                    judgement,
+                    rules.base,
+                    texts,
+                    list(range(1, sub[0])),
+                    primary,
+                    conditions_only=True,
+                )
             segment = list(range(sub[-1] + 1, len(texts)))
         else:
             segment = every
@@ -431,8 +448,9 @@ class Analyzer:
             elif i not in j.facts:
                 j.fact(i, texts[i], ArgumentKind.FLAG)
         for i, name in tokens.values.items():
-            self._role_fact(j, i, texts[i], rule.value_roles.get(name, Role.OPAQUE),
-                            f"value of {name}")
+            self._role_fact(
+                j, i, texts[i], rule.value_roles.get(name, Role.OPAQUE), f"value of {name}"
+            )
         positionals = tokens.positionals
         code: list[int] = []
         if rule.code_args:
@@ -498,8 +516,9 @@ class Analyzer:
                 k += 1
             j.fact(i, texts[i], ArgumentKind.EXEC_HOOK, "runs a command for each file")
             if start < k:
-                j.inner.append(("command", f"{texts[0]} {texts[i]}", segment[start],
-                                segment[k - 1] + 1))
+                j.inner.append(
+                    ("command", f"{texts[0]} {texts[i]}", segment[start], segment[k - 1] + 1)
+                )
             k += 1  # the terminator
         return rest
 
@@ -511,11 +530,13 @@ class Analyzer:
                 continue
             key = -1 - n  # not an argv word: facts of redirections sort before argv
             if r.writes and r.target.text not in _NOT_FILES:
-                j.facts[key] = ArgumentFact(-1, r.target.text, ArgumentKind.FILE_WRITE,
-                                            f"redirection {r.op}")
+                j.facts[key] = ArgumentFact(
+                    -1, r.target.text, ArgumentKind.FILE_WRITE, f"redirection {r.op}"
+                )
             elif r.reads:
-                j.facts[key] = ArgumentFact(-1, r.target.text, ArgumentKind.FILE_READ,
-                                            f"redirection {r.op}")
+                j.facts[key] = ArgumentFact(
+                    -1, r.target.text, ArgumentKind.FILE_READ, f"redirection {r.op}"
+                )
 
     def _environment(self, j: _Judgement, assignments: Sequence[Word]) -> None:
         for w in assignments:
@@ -524,8 +545,7 @@ class Analyzer:
     def _hijack(self, j: _Judgement, assignment: str) -> None:
         name = assignment.partition("=")[0]
         if name in _HIJACK_VARS or name.startswith(_HIJACK_PREFIXES):
-            j.raise_to(*NEVER, f"sets {name}, which changes which program runs or what it"
-                       " executes")
+            j.raise_to(*NEVER, f"sets {name}, which changes which program runs or what it executes")
             j.rule_id = "classifier:environment"
 
     def _escalate(self, j: _Judgement) -> None:

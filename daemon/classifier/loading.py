@@ -28,8 +28,9 @@ def _builtins() -> tuple[tuple[Rule, ...], RuleIndex, tuple[str, ...]]:
     rules: list[Rule] = []
     files: list[str] = []
     texts: dict[str, str] = {}
-    for resource in sorted(importlib.resources.files(BUILTIN_PACKAGE).iterdir(),
-                           key=lambda r: r.name):
+    for resource in sorted(
+        importlib.resources.files(BUILTIN_PACKAGE).iterdir(), key=lambda r: r.name
+    ):
         if resource.name.endswith(".toml"):
             text = resource.read_text(encoding="utf-8")
             path = str(resource)
@@ -114,8 +115,13 @@ def check_examples(
     """Run every ``match`` / ``not_match`` example; one error per failing example."""
     problems: list[RuleFileError] = []
 
-    def check(rule: Rule, example: str, verdict: tuple[Idempotency, ReplayPolicy],
-              should_match: bool, line: int) -> None:
+    def check(
+        rule: Rule,
+        example: str,
+        verdict: tuple[Idempotency, ReplayPolicy],
+        should_match: bool,
+        line: int,
+    ) -> None:
         parts = classify_with(example, index, constraints, cwd=None, workspace=None).parts
         mine = [p for p in parts if p.rule_id == rule.qualified_id]
         matched = any((p.idempotency, p.replay_policy) == verdict for p in mine)
@@ -126,14 +132,18 @@ def check_examples(
             what = f"should be {expected} by rule `{rule.id}`"
         else:
             what = f"should not be {expected} by rule `{rule.id}`, but it is"
-        hint = "" if constraints is None else (
-            " (this repo is not trusted: its rules can only make verdicts stricter)"
+        hint = (
+            ""
+            if constraints is None
+            else (" (this repo is not trusted: its rules can only make verdicts stricter)")
         )
-        problems.append(RuleFileError(
-            rule.path,
-            _line_of(texts.get(rule.path, ""), example, line),
-            f"example `{example}` {what}; got {_describe(parts, mine)}{hint}",
-        ))
+        problems.append(
+            RuleFileError(
+                rule.path,
+                _line_of(texts.get(rule.path, ""), example, line),
+                f"example `{example}` {what}; got {_describe(parts, mine)}{hint}",
+            )
+        )
 
     for rule in rules:
         base = (rule.idempotency, rule.replay)
@@ -151,11 +161,10 @@ def check_examples(
 
 
 def _describe(parts: Sequence[CommandPart], mine: Sequence[CommandPart]) -> str:
-    part = mine[0] if mine else max(
-        parts, key=lambda p: (p.replay_policy.rank, p.idempotency.rank)
+    part = mine[0] if mine else max(parts, key=lambda p: (p.replay_policy.rank, p.idempotency.rank))
+    return (
+        f"{part.idempotency.value}/{part.replay_policy.value} from `{part.rule_id}` ({part.reason})"
     )
-    return (f"{part.idempotency.value}/{part.replay_policy.value} from `{part.rule_id}`"
-            f" ({part.reason})")
 
 
 def _line_of(text: str, example: str, after: int) -> int:

@@ -147,7 +147,7 @@ class _Lines:
         start, end = block
         for n in range(start, end):
             line = self.lines[n - 1]
-            if (line.lstrip().startswith(needle) if key else needle in line):
+            if line.lstrip().startswith(needle) if key else needle in line:
                 return n
         return start
 
@@ -184,8 +184,8 @@ class _Reader:
             return value
         # bool is an int subclass, but `wrap_skip = true` is a mistake worth reporting.
         if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
-            names = kind.__name__ if isinstance(kind, type) else " or ".join(
-                k.__name__ for k in kind
+            names = (
+                kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
             )
             self.fail(
                 line or self.line_of(key),
@@ -242,14 +242,17 @@ def parse_rule_file(text: str, path: str, source: str) -> list[Rule]:
         raise RuleFileError(
             path, 1, "write each rule as its own `[[rule]]` table (one header line per rule)"
         )
-    rules = [_read_rule(_Reader(path, lines, lines.block(n), t), source) for n, t in
-             enumerate(tables)]
+    rules = [
+        _read_rule(_Reader(path, lines, lines.block(n), t), source) for n, t in enumerate(tables)
+    ]
     seen: dict[str, Rule] = {}
     for rule in rules:
         if rule.id in seen:
             raise RuleFileError(
-                path, rule.line, f"duplicate rule id `{rule.id}` (first at line "
-                f"{seen[rule.id].line}); give each rule its own `id`"
+                path,
+                rule.line,
+                f"duplicate rule id `{rule.id}` (first at line "
+                f"{seen[rule.id].line}); give each rule its own `id`",
             )
         seen[rule.id] = rule
     return rules
@@ -268,8 +271,10 @@ def _read_rule(r: _Reader, source: str) -> Rule:
     roles: dict[str, Role] = {}
     for flag, role in value_roles.items():
         if not isinstance(role, str) or role not in Role._value2member_map_:
-            r.fail(r.line_of("value_roles"), f"invalid role for `{flag}`: use one of "
-                   + ", ".join(m.value for m in Role))
+            r.fail(
+                r.line_of("value_roles"),
+                f"invalid role for `{flag}`: use one of " + ", ".join(m.value for m in Role),
+            )
         roles[flag] = Role(role)
     first_args = tuple(_role(r, name) for name in r.strings("first_args"))
     idempotency = r.enum("idempotency", Idempotency, None)
@@ -321,8 +326,10 @@ def _role(r: _Reader, name: str) -> Role:
     try:
         return Role(name)
     except ValueError:
-        r.fail(r.line_of("first_args"), f"invalid role {name!r}: use one of "
-               + ", ".join(m.value for m in Role))
+        r.fail(
+            r.line_of("first_args"),
+            f"invalid role {name!r}: use one of " + ", ".join(m.value for m in Role),
+        )
         raise
 
 
@@ -335,8 +342,11 @@ def _reason(r: _Reader, line: int) -> str:
 
 def _read_condition(r: _Reader, rule: Rule, index: int, table: Any) -> Condition:
     # A condition's line: the n-th line in the rule's block that opens a `when` entry.
-    starts = [n for n in range(*r.block) if re.match(r"\s*(\{|\[\[rule\.when\]\]|when\s*=)",
-                                                     r.lines.lines[n - 1])]
+    starts = [
+        n
+        for n in range(*r.block)
+        if re.match(r"\s*(\{|\[\[rule\.when\]\]|when\s*=)", r.lines.lines[n - 1])
+    ]
     line = starts[index] if index < len(starts) else r.line_of("when")
     sub = _Reader(r.path, r.lines, r.block, table)
     sub.check_fields(_CONDITION_FIELDS, "a `when` condition", line)
@@ -345,8 +355,9 @@ def _read_condition(r: _Reader, rule: Rule, index: int, table: Any) -> Condition
     min_args = sub.get("min_args", int, 0, line)
     arg_regex = sub.regex("arg_regex", line)
     if not (flags or unless_flags or min_args or arg_regex):
-        sub.fail(line, "a `when` condition needs `flags`, `unless_flags`, `min_args` or "
-                 "`arg_regex`")
+        sub.fail(
+            line, "a `when` condition needs `flags`, `unless_flags`, `min_args` or `arg_regex`"
+        )
     cond = Condition(
         flags=flags,
         unless_flags=unless_flags,
@@ -365,6 +376,9 @@ def _read_condition(r: _Reader, rule: Rule, index: int, table: Any) -> Condition
         line=line,
     )
     if cond.idempotency < rule.idempotency or cond.replay < rule.replay:
-        sub.fail(line, "a `when` condition may only make the verdict stricter than its rule's "
-                 f"({rule.idempotency.value}/{rule.replay.value})")
+        sub.fail(
+            line,
+            "a `when` condition may only make the verdict stricter than its rule's "
+            f"({rule.idempotency.value}/{rule.replay.value})",
+        )
     return cond

@@ -141,6 +141,14 @@ def probe(path: str | os.PathLike[str]) -> IndexEntry | None:
     return last
 
 
+def bytes_hash(data: bytes) -> str:
+    """The hash string a regular file holding exactly ``data`` has (see :func:`content_hash`).
+
+    For callers that know a file's content before it is written (the file tools' plans).
+    """
+    return HASH_PREFIX + hashlib.sha256(data).hexdigest()
+
+
 def content_hash(path: str | os.PathLike[str]) -> str:
     """The hash string an effect would record for ``path`` now ("" if absent).
 

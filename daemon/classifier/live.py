@@ -1,0 +1,48 @@
+"""The rules in force, swapped whole on reload (SIGHUP or the ReloadRules RPC).
+
+A broken file never replaces good rules: the reload reports the error and the last good
+rules stay in force. At start-up there is no last good set, so the error is raised.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from shellward.types import ReloadOutcome, Verdict
+
+from .classifier import Classifier
+from .rules import RuleFileError
+from .ruleset import RuleSet
+
+log = logging.getLogger("shellwardd.rules")
+
+
+class LiveRules:
+    def __init__(self, load: Callable[[], RuleSet]) -> None:
+        self._load = load
+        rules = load()  # RuleFileError here means: refuse to start
+        self._classifier = Classifier(rules)
+        self._sources = rules.files
+        self._lock = threading.Lock()
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        return self._sources
+
+    def classify(self, command: str, cwd: str | None, workspace: str | None) -> Verdict:
+        return self._classifier.classify(command, cwd=cwd, workspace=workspace)
+
+    def reload(self) -> ReloadOutcome:
+        with self._lock:
+            try:
+                rules = self._load()
+            except RuleFileError as exc:
+                log.error("rule reload failed; the last good rules stay", extra={"error": str(exc)})
+                return ReloadOutcome(False, str(exc), self._sources)
+            # One assignment each: a classification in flight uses the old or the new set.
+            self._classifier = Classifier(rules)
+            self._sources = rules.files
+            log.info("rules reloaded", extra={"sources": list(rules.files)})
+            return ReloadOutcome(True, "", self._sources)

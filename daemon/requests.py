@@ -1,0 +1,95 @@
+"""A command request: its checks, its identity (input hash) and its durable form (JSON).
+
+The JSON form is stored on every ledger entry, so that a call approved later, or replayed
+after a restart, runs exactly what was asked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from shellwardd.config import MAX_COMMAND_BYTES, Limits
+from shellwardd.errors import InvalidArgument
+
+TOOL_RUN_COMMAND = "run_command"
+MAX_ENV_ENTRIES = 256
+
+
+@dataclass(frozen=True)
+class CommandRequest:
+    command: str
+    cwd: str = ""
+    env: Mapping[str, str] = field(default_factory=dict)
+    timeout_seconds: float = 0.0
+    run_id: str = ""
+    step_id: str = ""
+    network: bool = False
+    rerun: bool = False
+    limits: Limits | None = None
+
+    @property
+    def identity(self) -> tuple[str, str] | None:
+        return (self.run_id, self.step_id) if self.run_id and self.step_id else None
+
+
+def check_command(command: str) -> None:
+    if not command.strip():
+        raise InvalidArgument("the command is empty; send the shell command line to run")
+    if "\0" in command:
+        raise InvalidArgument("the command contains a NUL byte, which no shell can run; remove it")
+    size = len(command.encode("utf-8", "surrogatepass"))
+    if size > MAX_COMMAND_BYTES:
+        raise InvalidArgument(
+            f"the command is {size} bytes, over the limit of {MAX_COMMAND_BYTES}; write long "
+            "scripts to a file in the workspace and run that file instead"
+        )
+
+
+def check_env(env: Mapping[str, str]) -> None:
+    if len(env) > MAX_ENV_ENTRIES:
+        raise InvalidArgument(f"env has {len(env)} entries; at most {MAX_ENV_ENTRIES} are allowed")
+    for key, value in env.items():
+        if not key or "=" in key or "\0" in key or "\0" in value:
+            raise InvalidArgument(
+                f"env entry {key!r} is invalid: names must be non-empty without '=' or NUL, "
+                "values without NUL"
+            )
+
+
+def printable(command: str) -> str:
+    """What the ledger keeps of a command: NULs made visible, capped at the size limit."""
+    return command.replace("\0", "\\0")[:MAX_COMMAND_BYTES]
+
+
+def input_hash(request: CommandRequest) -> str:
+    """Identity of the input: what the command is and where it runs, not how long it may take."""
+    canonical = json.dumps(
+        {
+            "tool": TOOL_RUN_COMMAND,
+            "command": request.command,
+            "cwd": request.cwd,
+            "env": sorted(request.env.items()),
+            "network": request.network,
+        },
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
+    digest = hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"sha256:{digest}"
+
+
+def to_json(request: CommandRequest) -> str:
+    data = dataclasses.asdict(request)
+    data["env"] = dict(request.env)
+    del data["rerun"]  # a property of one delivery, not of the input
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+
+
+def from_json(text: str) -> CommandRequest:
+    data = json.loads(text)
+    limits = data.pop("limits", None)
+    return CommandRequest(**data, limits=Limits(**limits) if limits else None)
