@@ -1,20 +1,4 @@
-"""The built-in file tools: read, list, write and patch files inside one workspace.
-
-Pure domain code over the filesystem: no gRPC, no ledger. A write happens in two steps so
-the runtime can record it like a command: :func:`plan_write` or :func:`plan_patch` computes
-a :class:`FileWritePlan` (the file's hash before and after, and the new content) without
-touching the workspace, and :func:`apply_write` carries it out atomically. On replay,
-:func:`check_write` tells from the file's hash now whether the plan already took effect,
-may be applied, or meets someone else's change.
-
-Every path goes through :func:`resolve_path`, which keeps the tools inside the workspace:
-no ``..`` or symlink escapes, nothing in a ``.git`` directory (git's config and hooks make
-it run code), nothing in the write detector's cookie directory.
-
-A ``base_hash`` makes an edit conditional on what the model last read: ``None`` means
-"whatever is there now", ``""`` means "the file must not exist yet", and a hash must equal
-the file's hash now, or the plan is refused with :class:`~shellwardd.errors.Conflict`.
-"""
+"""The file tools themselves: read, list, plan a write or a patch, apply, check."""
 
 from __future__ import annotations
 
@@ -28,21 +12,22 @@ import re
 import secrets
 import stat
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from shellwardd.errors import Conflict, InvalidArgument, NotFound, PermissionDenied, Unavailable
 from shellwardd.watch.hashing import bytes_hash, content_hash
-from shellwardd.watch.paths import COOKIE_DIR, GIT_DIR_NAME
+from shellwardd.watch.paths import COOKIE_DIR
+
+from ._patch import parse_patch
+from ._paths import is_git, relative, resolve_path
 
 # apply_write's temporary files: ".<name>.<random><suffix>" beside the target.
 TEMP_SUFFIX = ".shellward-tmp"
 # A patch is applied in memory; past this size a file is rewritten with write_file instead.
 MAX_PATCH_BYTES = 64 << 20
 
-_COOKIE_PARTS = tuple(COOKIE_DIR.split("/"))
 _HASH_RE = re.compile(r"sha256:[0-9a-f]{64}")
-_HUNK_RE = re.compile(rb"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _READ_ATTEMPTS = 3
 
@@ -96,89 +81,9 @@ class WriteState(enum.Enum):
     CONFLICT = "conflict"
 
 
-# --- paths -------------------------------------------------------------------------------
-
-
-def resolve_path(workspace: Path, path: str) -> Path:
-    """The real, absolute path of ``path`` (relative to ``workspace`` or absolute inside it)."""
-    if not path.strip():
-        raise InvalidArgument(
-            "The path is empty: give a path relative to the workspace root, like 'src/main.py'."
-        )
-    if "\0" in path:
-        raise InvalidArgument(f"The path {path!r} contains a NUL byte: remove it and try again.")
-    root = workspace.resolve()
-    parts = _lexical_parts(workspace, root, path)
-    _refuse_private(parts, path)
-    try:
-        target = root.joinpath(*parts).resolve()
-    except (OSError, RuntimeError) as exc:  # Python 3.11 reports a symlink loop as RuntimeError
-        raise InvalidArgument(
-            f"The path {path!r} cannot be resolved ({exc}): check it for a symlink loop."
-        ) from exc
-    if not target.is_relative_to(root):
-        raise _symlink_escape(root, parts, path)
-    _refuse_private(target.relative_to(root).parts, path)
-    return target
-
-
-def _lexical_parts(workspace: Path, root: Path, path: str) -> tuple[str, ...]:
-    # Normalising before touching the filesystem means the OS never sees a ``..``: a path
-    # like ``link/../x`` stays inside even when ``link`` points elsewhere.
-    norm = Path(os.path.normpath(path))
-    if norm.is_absolute():
-        for base in (root, Path(os.path.normpath(workspace.absolute()))):
-            if norm.is_relative_to(base):
-                return norm.relative_to(base).parts
-        raise PermissionDenied(
-            f"{path!r} is outside the workspace {root}: file tools only reach files inside it;"
-            " give a path relative to the workspace root."
-        )
-    if norm.parts[:1] == ("..",):
-        raise PermissionDenied(
-            f"{path!r} leads out of the workspace through '..': file tools only reach files"
-            f" inside {root}; give a path relative to the workspace root."
-        )
-    return norm.parts
-
-
-def _is_git(name: str) -> bool:
-    # Case-folded: on a case-insensitive filesystem ``.GIT/config`` is git's config too.
-    return name.casefold() == GIT_DIR_NAME
-
-
-def _refuse_private(parts: tuple[str, ...], path: str) -> None:
-    if any(_is_git(p) for p in parts):
-        raise PermissionDenied(
-            f"{path!r} is in a .git directory: file tools may not touch git's internals"
-            " (its config and hooks make git run code); use git itself through run_command."
-        )
-    if parts[: len(_COOKIE_PARTS)] == _COOKIE_PARTS:
-        raise PermissionDenied(
-            f"{path!r} is in {COOKIE_DIR}, where shellward keeps its own bookkeeping:"
-            " file tools may not touch it; leave that directory alone."
-        )
-
-
-def _symlink_escape(root: Path, parts: tuple[str, ...], path: str) -> PermissionDenied:
-    # Name the first link on the way out: that is what the model has to avoid.
-    for i in range(1, len(parts) + 1):
-        link = root.joinpath(*parts[:i])
-        if link.is_symlink() and not link.resolve().is_relative_to(root):
-            return PermissionDenied(
-                f"{path!r} goes through the symlink {'/'.join(parts[:i])!r}, which points"
-                f" outside the workspace (to {os.readlink(link)!r}): file tools only reach"
-                f" files inside {root}; use a path that does not go through that link."
-            )
-    return PermissionDenied(
-        f"{path!r} resolves to a place outside the workspace {root}: file tools only reach"
-        " files inside it; use a path that does not go through a symlink."
-    )
-
-
 def _locate(workspace: Path, path: str) -> tuple[Path, str]:
     target = resolve_path(workspace, path)
-    return target, target.relative_to(workspace.resolve()).as_posix()
+    return target, relative(workspace, target)
 
 
 # --- reading -----------------------------------------------------------------------------
@@ -257,6 +162,7 @@ def _stamp(st: os.stat_result) -> tuple[int, int, int, int]:
 
 
 def read_file(workspace: Path, path: str, *, max_bytes: int = 1 << 20) -> FileRead:
+    """The file at ``path``: its first ``max_bytes`` and the hash to base an edit on."""
     if max_bytes < 1:
         raise InvalidArgument(f"max_bytes is {max_bytes}: ask for at least one byte.")
     target, rel = _locate(workspace, path)
@@ -325,7 +231,7 @@ def _walk(directory: Path, root: Path, recursive: bool, *, top: bool) -> Iterato
             yield FileEntry(rel, EntryKind.SYMLINK, size)
         elif child.is_dir(follow_symlinks=False):
             yield FileEntry(rel, EntryKind.DIR, 0)
-            if recursive and not _is_git(child.name):
+            if recursive and not is_git(child.name):
                 yield from _walk(Path(child.path), root, recursive, top=False)
         elif child.is_file(follow_symlinks=False):
             yield FileEntry(rel, EntryKind.FILE, size)
@@ -383,187 +289,13 @@ def plan_write(workspace: Path, path: str, content: bytes, base_hash: str | None
     return FileWritePlan(rel, current, bytes_hash(content), content)
 
 
-# --- patches -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Line:
-    op: bytes  # b" " context, b"-" removed, b"+" added
-    text: bytes  # without its line ending
-    no_eol: bool = False  # followed by "\ No newline at end of file"
-
-
-@dataclass(frozen=True)
-class _Hunk:
-    number: int
-    old_start: int
-    lines: tuple[_Line, ...]
-
-    @property
-    def old(self) -> list[bytes]:
-        return [line.text for line in self.lines if line.op != b"+"]
-
-    @property
-    def position(self) -> int:
-        """The 0-based index the header gives: of the first old line, or of the insertion."""
-        return self.old_start - 1 if self.old else self.old_start
-
-
-@dataclass(frozen=True)
-class _Patch:
-    creates: bool
-    hunks: tuple[_Hunk, ...]
-
-
-def _header_name(line: bytes) -> bytes:
-    # "--- a/x.py\t2024-01-01 10:00:00" → "a/x.py"
-    return line[4:].split(b"\t", 1)[0].strip()
-
-
-def _parse_patch(patch: str) -> _Patch:
-    """Parse a one-file unified diff; hunk bodies are read by the counts in their headers."""
-    raw = patch.encode("utf-8").split(b"\n")
-    if raw[-1] == b"":
-        raw.pop()
-    # A CR before the LF is part of the line ending; the file's own endings are kept.
-    lines = [line.removesuffix(b"\r") for line in raw]
-    i, old_name, new_name = 0, b"", b""
-    while i < len(lines) and not lines[i].startswith(b"@@"):
-        if lines[i].startswith(b"--- "):
-            old_name = _header_name(lines[i])
-        elif lines[i].startswith(b"+++ "):
-            new_name = _header_name(lines[i])
-        i += 1  # anything else before the first hunk ("diff --git", "index") is a header
-    if new_name == b"/dev/null":
-        raise InvalidArgument(
-            "The patch deletes the file (+++ /dev/null): file tools do not delete files;"
-            " use run_command with rm."
-        )
-    hunks: list[_Hunk] = []
-    while i < len(lines):
-        header = _HUNK_RE.match(lines[i])
-        if header is None:
-            if lines[i].startswith((b"--- ", b"diff ")):
-                raise InvalidArgument(
-                    "The patch changes more than one file: send one patch per file."
-                )
-            if not lines[i].strip():
-                i += 1
-                continue
-            raise InvalidArgument(
-                f"Line {i + 1} of the patch is outside any hunk: {_show(lines[i])}. A hunk is"
-                " '@@ -l,n +l,m @@' followed by exactly n context/'-' and m context/'+' lines."
-            )
-        number, header_line = len(hunks) + 1, i
-        old_left, new_left = int(header[2] or 1), int(header[4] or 1)
-        body: list[_Line] = []
-        i += 1
-        while old_left > 0 or new_left > 0 or (i < len(lines) and lines[i].startswith(b"\\")):
-            line = lines[i] if i < len(lines) else b"?"  # the patch ended: fails as a bad op
-            if line.startswith(b"\\") and body:
-                body[-1] = replace(body[-1], no_eol=True)
-                i += 1
-                continue
-            # A blank line is blank context: models often drop its leading space.
-            op = line[:1] or b" "
-            old_left -= op in (b" ", b"-")
-            new_left -= op in (b" ", b"+")
-            if op not in (b" ", b"-", b"+") or old_left < 0 or new_left < 0:
-                raise InvalidArgument(
-                    f"Hunk {number} ({_show(lines[header_line])}) does not match its line"
-                    " counts: it needs as many context and '-' lines as its old count, and"
-                    " context and '+' lines as its new count; fix the counts or the lines."
-                )
-            body.append(_Line(op, line[1:]))
-            i += 1
-        hunks.append(_Hunk(number, int(header[1]), tuple(body)))
-    if not hunks:
-        raise InvalidArgument(
-            "The patch has no hunks: send a unified diff with '@@ -l,n +l,m @@' sections."
-        )
-    return _Patch(creates=old_name == b"/dev/null", hunks=tuple(hunks))
-
-
-def _show(text: bytes) -> str:
-    shown = text.decode("utf-8", errors="replace")
-    return repr(shown if len(shown) <= 80 else shown[:77] + "...")
-
-
-def _split_lines(content: bytes) -> list[tuple[bytes, bytes]]:
-    """(text, line ending) pairs; the last line's ending is b"" when the file lacks one."""
-    parts = content.split(b"\n")
-    last = parts.pop()
-    lines = [(p[:-1], b"\r\n") if p.endswith(b"\r") else (p, b"\n") for p in parts]
-    if last:
-        lines.append((last, b""))
-    return lines
-
-
-def _find(texts: list[bytes], old: list[bytes], want: int, low: int) -> int | None:
-    """The start nearest ``want`` (not before ``low``) where ``old`` matches exactly."""
-    if not old:  # a pure insertion has no context to search by
-        return want if low <= want <= len(texts) else None
-    high = len(texts) - len(old)
-    for distance in range(max(want - low, high - want) + 1):
-        for at in (want - distance, want + distance):
-            if low <= at <= high and texts[at : at + len(old)] == old:
-                return at
-    return None
-
-
-def _apply_hunks(content: bytes, hunks: tuple[_Hunk, ...], rel: str) -> bytes:
-    lines = _split_lines(content)
-    texts = [text for text, _ in lines]
-    crlf = sum(end == b"\r\n" for _, end in lines)
-    eol = b"\r\n" if crlf > len(lines) - crlf else b"\n"  # added lines follow the file
-    out: list[tuple[bytes, bytes]] = []
-    cursor = offset = 0
-    for hunk in hunks:
-        # Context must match exactly, but a hunk may sit a few lines from where its header
-        # says (as with `git apply`): models often miscount line numbers, rarely context.
-        at = _find(texts, hunk.old, hunk.position + offset, cursor)
-        if at is None:
-            raise Conflict(_mismatch(texts, hunk, hunk.position + offset, rel))
-        offset = at - hunk.position
-        out.extend(lines[cursor:at])
-        for line in hunk.lines:
-            if line.op == b" ":
-                out.append(lines[at])
-            elif line.op == b"+":
-                out.append((line.text, b"" if line.no_eol else eol))
-            at += line.op != b"+"
-        cursor = at
-    out.extend(lines[cursor:])
-    # A line without an ending that the patch put before others (e.g. it appended after an
-    # unterminated last line without saying so) gets one, or two lines would fuse.
-    return b"".join(
-        text + (end or (eol if n < len(out) - 1 else b"")) for n, (text, end) in enumerate(out)
-    )
-
-
-def _mismatch(texts: list[bytes], hunk: _Hunk, at: int, rel: str) -> str:
-    where = f"Hunk {hunk.number} of the patch does not apply to {rel!r}"
-    redo = "read the file again and make the patch against its current content"
-    at = max(at, 0)
-    for k, expected in enumerate(hunk.old):
-        actual = texts[at + k] if at + k < len(texts) else None
-        if actual != expected:
-            found = "the end of the file" if actual is None else _show(actual)
-            return (
-                f"{where}: it expects {_show(expected)} at line {at + k + 1}, but there is"
-                f" {found}, and its lines are nowhere else after the previous hunk; {redo}."
-            )
-    return f"{where}: it inserts at line {at + 1}, past the end of the file; {redo}."
-
-
 def plan_patch(workspace: Path, path: str, patch: str, base_hash: str | None) -> FileWritePlan:
     """Plan applying a one-file unified diff to ``path``; nothing is written.
 
-    Context and removed lines must match the file exactly (line endings aside: the file's
-    CRLF or LF endings are kept, and added lines get the file's usual ending).
+    Context and removed lines must match the file exactly (see :mod:`._patch`).
     """
     target, rel = _locate(workspace, path)
-    parsed = _parse_patch(patch)
+    parsed = parse_patch(patch)
     snapshot = _read(target, rel, MAX_PATCH_BYTES)
     current = snapshot.hash if snapshot else ""
     _check_base(rel, base_hash, current)
@@ -583,7 +315,7 @@ def plan_patch(workspace: Path, path: str, patch: str, base_hash: str | None) ->
             f"{rel!r} is {snapshot.size} bytes, more than the {MAX_PATCH_BYTES} a patch may"
             " change: use write_file with the whole new content."
         )
-    new = _apply_hunks(snapshot.content if snapshot else b"", parsed.hunks, rel)
+    new = parsed.apply(snapshot.content if snapshot else b"", rel)
     return FileWritePlan(rel, current, bytes_hash(new), new)
 
 
