@@ -45,6 +45,7 @@ _STATUS = {
     Code.IN_PROGRESS: grpc.StatusCode.ABORTED,
     Code.IDEMPOTENCY_KEY_MISMATCH: grpc.StatusCode.ALREADY_EXISTS,
     Code.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
+    Code.CONFLICT: grpc.StatusCode.FAILED_PRECONDITION,
 }
 
 
