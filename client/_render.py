@@ -14,7 +14,7 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple, TextIO
 
 from shellward.types import (
@@ -26,6 +26,7 @@ from shellward.types import (
     FileEffect,
     Idempotency,
     LedgerEntry,
+    RecoveryItem,
     ReplayPolicy,
     Verdict,
     WorkspaceStatus,
@@ -214,22 +215,88 @@ def run_summary(result: CommandResult, style: Style, *, accepted: bool) -> str:
 LEDGER_HEADERS = ("TIME", "CALL", "STATUS", "EXIT", "VERDICT", "COMMAND")
 
 
-def ledger_table(entries: Sequence[LedgerEntry], style: Style) -> str:
+def ledger_table(
+    entries: Sequence[LedgerEntry], style: Style, actions: Mapping[str, str] | None = None
+) -> str:
+    """``actions``: call id → what a replay would do (``shellward recover``), shown after
+    the verdict of the calls that have one."""
+    actions = actions or {}
     rows = [
         [
             Cell(format_time(entry.created_at, "%m-%d %H:%M:%S")),
             Cell(short_id(entry.call_id), "cyan"),
             Cell(entry.status.value, _STATUS_COLOUR.get(entry.status, "cyan")),
             Cell("-" if entry.exit_code is None else str(entry.exit_code)),
-            Cell(
-                f"{entry.idempotency.value}/{entry.replay_policy.value}",
-                _IDEMPOTENCY_COLOUR[entry.idempotency],
-            ),
+            _verdict_cell(entry, actions.get(entry.call_id, "")),
             Cell(one_line(entry.command)),
         ]
         for entry in entries
     ]
     return table(LEDGER_HEADERS, rows, style)
+
+
+def _verdict_cell(entry: LedgerEntry, action: str = "") -> Cell:
+    text = f"{entry.idempotency.value}/{entry.replay_policy.value}"
+    return Cell(f"{text} → {action}" if action else text, _IDEMPOTENCY_COLOUR[entry.idempotency])
+
+
+# --- recover and approvals --------------------------------------------------------------
+
+RECOVERY_HEADERS = ("STEP", "CALL", "STATUS", "VERDICT", "ACTION", "REASON")
+_ACTION_COLOUR = {
+    "replay": "green",
+    "check": "yellow",
+    "ask": "yellow",
+    "refuse": "red",
+    "wait": "cyan",
+}
+
+
+def recovery_table(items: Sequence[RecoveryItem], style: Style) -> str:
+    rows = [
+        [
+            Cell(one_line(item.call.step_id) or "-"),
+            Cell(short_id(item.call.call_id), "cyan"),
+            Cell(item.call.status.value, _STATUS_COLOUR.get(item.call.status, "cyan")),
+            _verdict_cell(item.call),
+            Cell(item.action, _ACTION_COLOUR.get(item.action, "")),
+            Cell(one_line(item.reason)),
+        ]
+        for item in items
+    ]
+    return table(RECOVERY_HEADERS, rows, style)
+
+
+APPROVALS_HEADERS = ("CALL", "AGE", "CODE", "VERDICT", "COMMAND", "REASON")
+_APPROVAL_COMMAND_WIDTH = 40  # on a terminal, so that the reason keeps some room
+
+
+def approvals_table(entries: Sequence[LedgerEntry], style: Style) -> str:
+    now = time.time()
+    rows = []
+    for entry in entries:
+        command = one_line(entry.command)
+        rows.append(
+            [
+                Cell(short_id(entry.call_id), "cyan"),
+                Cell(format_duration(max(now - entry.created_at, 0.0))),
+                Cell(entry.code.value, "yellow"),
+                _verdict_cell(entry),
+                Cell(truncate(command, _APPROVAL_COMMAND_WIDTH) if style.tty else command),
+                Cell(one_line(entry.content)),
+            ]
+        )
+    return table(APPROVALS_HEADERS, rows, style)
+
+
+def answer_text(entry: LedgerEntry, style: Style) -> str:
+    """What an approve / deny did to the call."""
+    what = (
+        f"it runs now; follow it with `shellward wait {short_id(entry.call_id)}`"
+        if entry.status is CallStatus.APPROVED
+        else "nothing ran"
+    )
+    return f"call {entry.call_id} {status_label(entry.status, style)}: {what}"
 
 
 # --- show -------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""``shellward``: run commands through the daemon, read its ledger, classify, check rules.
+"""``shellward``: run commands through the daemon, read its ledger, replay and recover calls,
+answer approvals, classify, check and reload rules.
 
 Each sub-command is one small function: parse → one client call → render (``_render``).
 Every ``ShellwardError`` ends as ``shellward: <message>`` on stderr, never a traceback.
@@ -10,17 +11,24 @@ import argparse
 import os
 import shlex
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
 
 from shellward import _render
-from shellward._client import Client
+from shellward._client import Client, StreamEvent
 from shellward._exceptions import InvalidRequest, NotFound, ProtocolError, ShellwardError
 from shellward._paths import default_socket_path, default_user_rules
 from shellward._render import Style
-from shellward.types import CallAccepted, Code, CommandResult, LedgerEntry, OutputChunk, Stream
+from shellward.types import (
+    CallAccepted,
+    CallStatus,
+    Code,
+    CommandResult,
+    LedgerEntry,
+    OutputChunk,
+    Stream,
+)
 
 EXIT_OK = 0
 EXIT_ERROR = 1  # a shellward error: no daemon, unknown call id, rule file problems, …
@@ -53,6 +61,7 @@ status, code, exit, verdict) goes to stderr.
 
 exit status:
   the command's own    when it ran and exited
+  0                    also when its changes were already applied (ALREADY_APPLIED)
   124                  it was killed at its time limit
   125                  it has no exit status for another reason: refused replay, needs
                        approval, sandbox error, daemon shut down (the summary says which)
@@ -70,37 +79,44 @@ def cmd_run(args: argparse.Namespace) -> int:
     if bool(args.run_id) != bool(args.step_id):
         raise UsageError("--run-id and --step-id go together: give both, or neither")
     command = command_line(args.command, "run")
-    options = {
-        "cwd": _absolute_cwd(args.cwd),
-        "run_id": args.run_id or "",
-        "step_id": args.step_id or "",
-        "timeout": args.timeout,
-        "env": dict(args.env or ()),
-        "network": args.network,
-    }
     with _connect(args) as client:
-        try:
-            result, accepted = _execute(client, command, options, live=not args.json)
-        except KeyboardInterrupt:
-            _error(
-                "interrupted: the command keeps running in the daemon and will be recorded; "
-                "find it with `shellward ledger`"
-            )
-            return EXIT_INTERRUPTED
-        if args.json:
-            print(_render.to_json({"call_id": result.call_id, **result.to_dict()}))
-        else:
-            _print_run_summary(result, accepted=accepted)
-        return run_exit_code(client, result, accepted=accepted)
+        events = client.stream_command(
+            command,
+            cwd=_absolute_cwd(args.cwd),
+            run_id=args.run_id or "",
+            step_id=args.step_id or "",
+            timeout=args.timeout,
+            env=dict(args.env or ()),
+            network=args.network,
+        )
+        return _report_stream(client, events, args.json)
 
 
-def _execute(
-    client: Client, command: str, options: dict[str, Any], *, live: bool
-) -> tuple[CommandResult, bool]:
+def _report_stream(
+    client: Client, events: Iterator[StreamEvent], as_json: bool, *, content: bool = False
+) -> int:
+    """Show a streamed call (live output, then its summary, or only its JSON) and return
+    its exit status. ``content``: print the result's sentence even when the call succeeded."""
+    try:
+        result, accepted = _consume(events, live=not as_json)
+    except KeyboardInterrupt:
+        _error(
+            "interrupted: the command keeps running in the daemon and will be recorded; "
+            "find it with `shellward ledger`"
+        )
+        return EXIT_INTERRUPTED
+    if as_json:
+        print(_result_json(result))
+    else:
+        _print_run_summary(result, accepted=accepted, content=content)
+    return run_exit_code(client, result, accepted=accepted)
+
+
+def _consume(events: Iterator[StreamEvent], *, live: bool) -> tuple[CommandResult, bool]:
     """The call's result, and whether it was accepted as a new call (False: answered at
     once from the ledger, e.g. a replay or a refusal). ``live`` streams its output here."""
     accepted = False
-    for event in client.stream_command(command, **options):
+    for event in events:
         if isinstance(event, CallAccepted):
             accepted = True
         elif isinstance(event, OutputChunk):
@@ -111,6 +127,10 @@ def _execute(
                 _write_recorded(event)
             return event, accepted
     raise ProtocolError("the daemon closed the stream without a final result")
+
+
+def _result_json(result: CommandResult) -> str:
+    return _render.to_json({"call_id": result.call_id, **result.to_dict()})
 
 
 def _write_chunk(chunk: OutputChunk) -> None:
@@ -126,19 +146,22 @@ def _write_recorded(result: CommandResult) -> None:
     _write_chunk(OutputChunk(Stream.STDERR, result.stderr.data))
 
 
-def _print_run_summary(result: CommandResult, *, accepted: bool) -> None:
+def _print_run_summary(result: CommandResult, *, accepted: bool, content: bool = False) -> None:
     style = Style.for_stream(sys.stderr)
     print(_render.run_summary(result, style, accepted=accepted), file=sys.stderr)
-    if not result.ok and result.code is not Code.COMMAND_FAILED:
+    if content or (not result.ok and result.code is not Code.COMMAND_FAILED):
         print(_render.one_line(result.content), file=sys.stderr)
 
 
 def run_exit_code(client: Client, result: CommandResult, *, accepted: bool) -> int:
-    """The command's exit status; 124 when it was killed at its time limit; else 125.
+    """The command's exit status; 0 when its changes were already applied (nothing ran);
+    124 when it was killed at its time limit; else 125.
 
     ``accepted``: the daemon took it as a new call. A refusal answered from the ledger carries
     the earlier call's fields, so its exit status and times are not this run's.
     """
+    if result.code is Code.ALREADY_APPLIED:
+        return EXIT_OK
     if result.code in (Code.OK, Code.COMMAND_FAILED) and result.exit_code is not None:
         return result.exit_code
     return EXIT_TIMEOUT if accepted and _timed_out(client, result) else EXIT_NOT_RUN
@@ -160,7 +183,9 @@ def _timed_out(client: Client, result: CommandResult) -> bool:
 
 LEDGER_EPILOG = """\
 Columns: local time, call id (first 8 characters; `shellward show` accepts them), status,
-exit status, verdict (idempotency/replay policy), command. Newest first.
+exit status, verdict (idempotency/replay policy), command. Newest first. With --run, the
+verdict of each call that did not end cleanly also says what `shellward replay` would do
+(`conditional/ask → check`), as `shellward recover` explains.
 
 examples:
   shellward ledger
@@ -174,13 +199,18 @@ def cmd_ledger(args: argparse.Namespace) -> int:
         entries = client.list_calls(
             run_id=args.run or "", limit=args.limit, omit_output=not args.json
         )
+        actions = (
+            {item.call.call_id: item.action for item in client.recover(args.run)}
+            if args.run and entries and not args.json
+            else {}
+        )
     if args.json:
         print(_render.to_json(entries))
     elif not entries:
         where = f" for run {args.run!r}" if args.run else ""
         _error(f"no calls in the ledger{where} yet; run one with `shellward run -- CMD`")
     else:
-        print(_render.ledger_table(entries, Style.for_stream(sys.stdout)))
+        print(_render.ledger_table(entries, Style.for_stream(sys.stdout), actions))
     return EXIT_OK
 
 
@@ -218,6 +248,164 @@ def find_call(client: Client, call_id: str) -> LedgerEntry:
                 f"({', '.join(matches[:3])}, …); give more characters"
             ) from None
         raise
+
+
+# --- replay, recover, wait --------------------------------------------------------------
+
+REPLAY_EPILOG = """\
+Applies the replay table to a recorded call: by CALL_ID (a unique prefix is enough), or by
+--run-id and --step-id (that step's newest attempt).
+
+  ledger says               idempotent/auto    conditional/ask       non_idempotent/never
+  succeeded                 the recorded result, nothing runs (--rerun: runs / checks / refused)
+  uncertain, or failed      runs again         checks its file       refused:
+  after it started                             effects first         SIDE_EFFECT_UNCERTAIN
+  failed before it started  the same answer again, nothing runs
+
+The check: every file as the call left it → ALREADY_APPLIED (nothing runs); every file as it
+was before → runs again; anything else → CONFLICT: a new attempt waits for a human
+(`shellward approvals`, `shellward approve ID`).
+
+Output streams as with `shellward run` when the command runs again (a recorded result shows
+its recorded output); then the summary line and the daemon's sentence go to stderr.
+
+exit status: as `shellward run`: the command's own; 0 for ALREADY_APPLIED; 124 killed at
+its time limit; 125 nothing ran (refused, needs approval, conflict, record expired).
+
+examples:
+  shellward replay 3f2a9c1e
+  shellward replay --run-id r1 --step-id s3
+  shellward replay --rerun 3f2a9c1e
+  shellward replay --json 3f2a9c1e | jq .code
+"""
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    if bool(args.run_id) != bool(args.step_id):
+        raise UsageError("--run-id and --step-id go together: give both, or neither")
+    if bool(args.call_id) == bool(args.run_id):
+        raise UsageError("name the call to replay: a CALL_ID, or --run-id R --step-id S")
+    with _connect(args) as client:
+        call_id = find_call(client, args.call_id).call_id if args.call_id else ""
+        events = client.stream_replay(
+            call_id, run_id=args.run_id or "", step_id=args.step_id or "", rerun=args.rerun
+        )
+        return _report_stream(client, events, args.json, content=True)
+
+
+RECOVER_EPILOG = """\
+Lists each step of the run whose newest call did not end cleanly (uncertain, failed after
+it started, waiting for approval, still running) and what the replay table says to do:
+
+  replay   run it again (`shellward replay ID`): it is idempotent
+  check    its recorded file effects were compared with the workspace: replay answers
+           ALREADY_APPLIED, or runs it again when none of them is in place
+  ask      a human must decide: it waits for approval, or its files were changed since
+  refuse   not run again automatically: check what it did first (`shellward show ID`)
+  wait     still running: `shellward wait ID`
+
+Exit status 0, also when there is nothing to recover.
+
+examples:
+  shellward recover r1
+  shellward recover r1 --json | jq '.[] | select(.action == "replay") | .call.call_id'
+"""
+
+
+def cmd_recover(args: argparse.Namespace) -> int:
+    with _connect(args) as client:
+        items = client.recover(args.run_id)
+    if args.json:
+        print(_render.to_json(items))
+    elif not items:
+        _error(f"nothing to recover in run {args.run_id!r}: no step of it is left unfinished")
+    else:
+        print(_render.recovery_table(items, Style.for_stream(sys.stdout)))
+    return EXIT_OK
+
+
+WAIT_EPILOG = """\
+Waits until the call is final (an approved call has run, a running one has finished), then
+shows it like `shellward run`: its recorded output, then the summary line on stderr.
+CALL_ID may be a unique prefix.
+
+exit status: as `shellward run` (the command's own, 124 killed at its time limit, 125 no
+exit status: denied, refused, …); 125 also when it is still not final after --timeout.
+
+examples:
+  shellward wait 3f2a9c1e
+  shellward wait --timeout 600 3f2a9c1e
+  shellward wait --json 3f2a9c1e | jq .metadata.status
+"""
+
+
+def cmd_wait(args: argparse.Namespace) -> int:
+    with _connect(args) as client:
+        call_id = find_call(client, args.call_id).call_id
+        result = client.wait_call(call_id, timeout=args.timeout)
+        if args.json:
+            print(_result_json(result))
+        elif result.code is Code.IN_PROGRESS:
+            why = (
+                " (it waits for a human: `shellward approvals`)"
+                if result.status is CallStatus.PENDING_APPROVAL
+                else ""
+            )
+            _error(
+                f"call {call_id} is still {result.status.value} after {args.timeout:g}s{why}; "
+                f"wait again with `shellward wait {call_id}`"
+            )
+        else:
+            _write_recorded(result)
+            _print_run_summary(result, accepted=True)
+        return run_exit_code(client, result, accepted=True)
+
+
+# --- approvals --------------------------------------------------------------------------
+
+APPROVALS_EPILOG = """\
+Calls waiting for a human: a rule asked for approval before a first run (NEEDS_APPROVAL), or
+a replay found the files it changed were changed since by someone else (CONFLICT). Columns:
+call id, age, code, verdict, command, the daemon's reason. Unanswered approvals are denied
+after the daemon's approval timeout.
+
+examples:
+  shellward approvals
+  shellward approvals --json | jq '.[].call_id'
+"""
+
+
+def cmd_approvals(args: argparse.Namespace) -> int:
+    with _connect(args) as client:
+        pending = client.approvals()
+    if args.json:
+        print(_render.to_json(pending))
+    elif not pending:
+        _error("no calls are waiting for approval")
+    else:
+        print(_render.approvals_table(pending, Style.for_stream(sys.stdout)))
+    return EXIT_OK
+
+
+ANSWER_EPILOG = """\
+CALL_ID is a pending call's id or a unique prefix of it (see `shellward approvals`). An
+approved call starts at once in the daemon; follow it with `shellward wait CALL_ID`. A
+denied call never runs, and the agent is told not to retry it.
+
+examples:
+  shellward approve 3f2a9c1e
+  shellward deny 3f2a9c1e --reason 'the user edited that file on purpose'
+"""
+
+
+def cmd_answer(args: argparse.Namespace) -> int:
+    """`approve` or `deny` (``args.approve``) a pending call."""
+    with _connect(args) as client:
+        call_id = find_call(client, args.call_id).call_id
+        answer = client.approve if args.approve else client.deny
+        entry = answer(call_id, reason=args.reason or "")
+    print(_render.answer_text(entry, Style.for_stream(sys.stdout)))
+    return EXIT_OK
 
 
 # --- classify ---------------------------------------------------------------------------
@@ -290,6 +478,32 @@ def cmd_rules_check(args: argparse.Namespace) -> int:
         print(problem)
     if problems:
         _error(f"{len(problems)} problem(s) in rule files; fix them and run the check again")
+        return EXIT_ERROR
+    return EXIT_OK
+
+
+RELOAD_EPILOG = """\
+The daemon reads its built-in, user and workspace (repo) rule files again and prints the
+files now in force, one `reloaded: SOURCE` line each. If a file is broken (bad TOML, a
+failing `match` example), nothing changes: the last good rules stay in force, the error
+names the file, and the exit status is 1. Check a file first with `shellward rules check`.
+
+examples:
+  shellward rules reload
+"""
+
+
+def cmd_rules_reload(args: argparse.Namespace) -> int:
+    with _connect(args) as client:
+        outcome = client.reload_rules()
+    prefix = "reloaded" if outcome.ok else "in force"
+    for source in outcome.sources:
+        print(f"{prefix}: {source}")
+    if not outcome.ok:
+        _error(
+            f"the daemon could not reload its rules, so the last good rules stay in force: "
+            f"{outcome.error}"
+        )
         return EXIT_ERROR
     return EXIT_OK
 
@@ -375,10 +589,15 @@ MAIN_EPILOG = """\
 examples:
   shellward status
   shellward run -- pytest -q
-  shellward ledger
+  shellward ledger --run r1
   shellward show 3f2a9c1e
+  shellward replay --run-id r1 --step-id s3
+  shellward recover r1
+  shellward approvals
+  shellward approve 3f2a9c1e && shellward wait 3f2a9c1e
   shellward classify --explain 'npm test && git push'
   shellward rules check
+  shellward rules reload
 
 Start a daemon with `make serve` (or `shellwardd`); see `shellward COMMAND --help`.
 """
@@ -399,6 +618,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run(commands)
     _add_ledger(commands)
     _add_show(commands)
+    _add_replay(commands)
+    _add_recover(commands)
+    _add_wait(commands)
+    _add_approvals(commands)
     _add_classify(commands)
     _add_rules(commands)
     _add_status(commands)
@@ -495,6 +718,76 @@ def _add_show(commands: argparse._SubParsersAction) -> None:  # type: ignore[typ
     show.add_argument("--json", action="store_true", help="the full entry as JSON")
 
 
+def _add_replay(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    replay = _subparser(
+        commands,
+        "replay",
+        cmd_replay,
+        "Run a recorded call again as far as the replay table allows.",
+        REPLAY_EPILOG,
+    )
+    replay.add_argument(
+        "call_id", nargs="?", metavar="CALL_ID", help="a call id, or a unique prefix of one"
+    )
+    replay.add_argument("--run-id", metavar="R", help="the run of the step (with --step-id)")
+    replay.add_argument("--step-id", metavar="S", help="replay this step's newest call")
+    replay.add_argument(
+        "--rerun",
+        action="store_true",
+        help="run a succeeded call again where its policy allows (auto: runs; ask: checks "
+        "its files first; never: refused)",
+    )
+    replay.add_argument(
+        "--json", action="store_true", help="no live output: print the structured result as JSON"
+    )
+
+
+def _add_recover(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    recover = _subparser(
+        commands,
+        "recover",
+        cmd_recover,
+        "List a run's steps that did not end cleanly, with what to do about each.",
+        RECOVER_EPILOG,
+    )
+    recover.add_argument("run_id", metavar="RUN_ID", help="the agent run to recover")
+    recover.add_argument(
+        "--json", action="store_true", help="a JSON array of {call, action, reason}"
+    )
+
+
+def _add_wait(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    wait = _subparser(
+        commands, "wait", cmd_wait, "Wait for a call to be final and show its result.", WAIT_EPILOG
+    )
+    wait.add_argument("call_id", metavar="CALL_ID", help="a call id, or a unique prefix of one")
+    wait.add_argument(
+        "--timeout",
+        metavar="SECONDS",
+        type=_positive(float),
+        default=60.0,
+        help="give up waiting after this long (default 60; the call goes on)",
+    )
+    wait.add_argument("--json", action="store_true", help="print the structured result as JSON")
+
+
+def _add_approvals(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    approvals = _subparser(
+        commands, "approvals", cmd_approvals, "List calls waiting for approval.", APPROVALS_EPILOG
+    )
+    approvals.add_argument("--json", action="store_true", help="a JSON array of the entries")
+    for name, approve, summary in (
+        ("approve", True, "Approve a pending call: it runs now."),
+        ("deny", False, "Deny a pending call: it never runs."),
+    ):
+        answer = _subparser(commands, name, cmd_answer, summary, ANSWER_EPILOG)
+        answer.set_defaults(approve=approve)
+        answer.add_argument(
+            "call_id", metavar="CALL_ID", help="a pending call's id, or a unique prefix of one"
+        )
+        answer.add_argument("--reason", metavar="TEXT", help="why; kept in the call's history")
+
+
 def _add_classify(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     classify = _subparser(
         commands,
@@ -522,15 +815,25 @@ def _add_rules(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "rules",
         _rules_without_action,
         "Work with rule files.",
-        "examples:\n  shellward rules check\n  shellward rules check my-rules.toml\n",
+        "examples:\n  shellward rules check\n  shellward rules check my-rules.toml\n"
+        "  shellward rules reload\n",
     )
     actions = rules.add_subparsers(title="actions", metavar="ACTION")
     check = _subparser(actions, "check", cmd_rules_check, "Validate rule files.", RULES_EPILOG)
     check.add_argument("files", nargs="*", metavar="FILE", help="rule files (TOML) to check")
+    _subparser(
+        actions,
+        "reload",
+        cmd_rules_reload,
+        "Make the daemon read its rule files again (as SIGHUP does).",
+        RELOAD_EPILOG,
+    )
 
 
 def _rules_without_action(args: argparse.Namespace) -> int:
-    raise UsageError("say what to do with the rules: `shellward rules check [FILE…]`")
+    raise UsageError(
+        "say what to do with the rules: `shellward rules check [FILE…]` or `shellward rules reload`"
+    )
 
 
 def _add_status(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
