@@ -36,6 +36,7 @@ from shellward.types import (
     ReloadOutcome,
     ReplayPolicy,
     Stream,
+    ToolInfo,
     Verdict,
     WorkspaceStatus,
 )
@@ -69,6 +70,7 @@ __all__ = [
     "ShellwardError",
     "Stream",
     "StreamEvent",
+    "ToolInfo",
     "Verdict",
     "WorkspaceStatus",
 ]

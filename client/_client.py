@@ -6,7 +6,7 @@ import os
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import grpc
 
@@ -21,6 +21,7 @@ from shellward.types import (
     OutputChunk,
     RecoveryItem,
     ReloadOutcome,
+    ToolInfo,
     Verdict,
 )
 from shellward.v1 import shellward_pb2 as pb
@@ -220,6 +221,42 @@ class Client:
     def deny(self, call_id: str, *, reason: str = "") -> LedgerEntry:
         request = pb.ApproveRequest(call_id=call_id, approve=False, reason=reason)
         return _wire.entry_from_wire(self._call(self._stub.Approve, request))
+
+    def call_tool(
+        self,
+        tool: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        cwd: str | os.PathLike[str] | None = None,
+        run_id: str = "",
+        step_id: str = "",
+        timeout: float | None = None,
+        user: str = "",
+        rpc_timeout: float | None = None,
+    ) -> CommandResult:
+        """Call a tool (read_file, list_files, write_file, apply_patch, an MCP tool).
+
+        The answer's structured part is ``result.output``; raw bytes (a file's content)
+        are ``result.stdout.data``.
+        """
+        request = pb.CallToolRequest(
+            tool=tool,
+            cwd=str(cwd) if cwd is not None else "",
+            run_id=run_id,
+            step_id=step_id,
+            timeout_seconds=timeout or 0.0,
+            user=user,
+        )
+        request.arguments.update(dict(arguments or {}))
+        try:
+            reply = self._stub.CallTool(request, timeout=rpc_timeout, metadata=self._metadata)
+        except grpc.RpcError as exc:
+            raise translate(exc, self.target) from exc
+        return _wire.tool_result_from_wire(reply)
+
+    def list_tools(self) -> list[ToolInfo]:
+        response = self._call(self._stub.ListTools, pb.ListToolsRequest())
+        return [_wire.tool_info_from_wire(tool) for tool in response.tools]
 
     def reload_rules(self) -> ReloadOutcome:
         reply = self._call(self._stub.ReloadRules, pb.ReloadRulesRequest())

@@ -6,6 +6,11 @@ else touches generated code.
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
+from google.protobuf.json_format import MessageToDict
+from google.protobuf.struct_pb2 import Struct
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from shellward import types as t
@@ -140,21 +145,25 @@ def chunk_to_wire(chunk: t.OutputChunk) -> pb.OutputChunk:
     return pb.OutputChunk(stream=_STREAM[chunk.stream], data=chunk.data)
 
 
+def _metadata_to_wire(result: t.CommandResult) -> pb.ResultMetadata:
+    return pb.ResultMetadata(
+        retryable=result.retryable,
+        idempotency=_IDEMPOTENCY[result.idempotency],
+        replay_policy=_REPLAY_POLICY[result.replay_policy],
+        call_id=result.call_id,
+        status=_STATUS[result.status],
+        replayed=result.replayed,
+        run_id=result.run_id,
+        step_id=result.step_id,
+    )
+
+
 def result_to_wire(result: t.CommandResult) -> pb.CommandResult:
     return pb.CommandResult(
         ok=result.ok,
         code=result.code.value,
         content=result.content,
-        metadata=pb.ResultMetadata(
-            retryable=result.retryable,
-            idempotency=_IDEMPOTENCY[result.idempotency],
-            replay_policy=_REPLAY_POLICY[result.replay_policy],
-            call_id=result.call_id,
-            status=_STATUS[result.status],
-            replayed=result.replayed,
-            run_id=result.run_id,
-            step_id=result.step_id,
-        ),
+        metadata=_metadata_to_wire(result),
         exit_code=result.exit_code,
         stdout=output_to_wire(result.stdout),
         stderr=output_to_wire(result.stderr),
@@ -197,6 +206,7 @@ def entry_to_wire(entry: t.LedgerEntry, *, omit_output: bool = False) -> pb.Ledg
         note=entry.note,
         input_json=entry.input_json,
         effects_recorded=entry.effects_recorded,
+        output_json=entry.output_json,
     )
 
 
@@ -267,27 +277,61 @@ def chunk_from_wire(message: pb.OutputChunk) -> t.OutputChunk:
     )
 
 
+def _metadata_from_wire(meta: pb.ResultMetadata) -> dict[str, Any]:
+    return {
+        "call_id": meta.call_id,
+        "retryable": meta.retryable,
+        "idempotency": idempotency_from_wire(meta.idempotency),
+        "replay_policy": replay_policy_from_wire(meta.replay_policy),
+        "status": call_status_from_wire(meta.status),
+        "replayed": meta.replayed,
+        "run_id": meta.run_id,
+        "step_id": meta.step_id,
+    }
+
+
 def result_from_wire(message: pb.CommandResult) -> t.CommandResult:
-    meta = message.metadata
     return t.CommandResult(
         ok=message.ok,
         code=code_from_wire(message.code),
         content=message.content,
-        call_id=meta.call_id,
-        retryable=meta.retryable,
-        idempotency=idempotency_from_wire(meta.idempotency),
-        replay_policy=replay_policy_from_wire(meta.replay_policy),
-        status=call_status_from_wire(meta.status),
         exit_code=message.exit_code if message.HasField("exit_code") else None,
-        replayed=meta.replayed,
         stdout=output_from_wire(message.stdout),
         stderr=output_from_wire(message.stderr),
         verdict=verdict_from_wire(message.verdict) if message.HasField("verdict") else None,
         file_effects=tuple(effect_from_wire(e) for e in message.file_effects),
-        run_id=meta.run_id,
-        step_id=meta.step_id,
         started_at=_seconds(message, "started_at"),
         finished_at=_seconds(message, "finished_at"),
+        **_metadata_from_wire(message.metadata),
+    )
+
+
+def tool_result_to_wire(result: t.CommandResult) -> pb.ToolResult:
+    """A tool call's answer: its raw bytes travel as ``data``, its JSON as ``output``."""
+    output = Struct()
+    if result.output_json:
+        output.update(json.loads(result.output_json))
+    return pb.ToolResult(
+        ok=result.ok,
+        code=result.code.value,
+        content=result.content,
+        metadata=_metadata_to_wire(result),
+        output=output,
+        data=result.stdout.data,
+        file_effects=[effect_to_wire(e) for e in result.file_effects],
+    )
+
+
+def tool_result_from_wire(message: pb.ToolResult) -> t.CommandResult:
+    output = MessageToDict(message.output) if message.HasField("output") else None
+    return t.CommandResult(
+        ok=message.ok,
+        code=code_from_wire(message.code),
+        content=message.content,
+        stdout=t.CapturedOutput(message.data, len(message.data)),
+        file_effects=tuple(effect_from_wire(e) for e in message.file_effects),
+        output_json=json.dumps(output) if output else "",
+        **_metadata_from_wire(message.metadata),
     )
 
 
@@ -322,6 +366,7 @@ def entry_from_wire(message: pb.LedgerEntry) -> t.LedgerEntry:
         note=message.note,
         input_json=message.input_json,
         effects_recorded=message.effects_recorded,
+        output_json=message.output_json,
     )
 
 
@@ -354,4 +399,38 @@ def daemon_status_from_wire(message: pb.StatusResponse) -> t.DaemonStatus:
 def recovery_from_wire(message: pb.RecoveryItem) -> t.RecoveryItem:
     return t.RecoveryItem(
         call=entry_from_wire(message.call), action=message.action, reason=message.reason
+    )
+
+
+def tool_info_to_wire(info: t.ToolInfo) -> pb.ToolInfo:
+    schema = Struct()
+    schema.update(json.loads(info.input_schema_json))
+    return pb.ToolInfo(
+        name=info.name,
+        server=info.server,
+        description=info.description,
+        idempotency=_IDEMPOTENCY[info.idempotency],
+        replay_policy=_REPLAY_POLICY[info.replay_policy],
+        reason=info.reason,
+        source=info.source,
+        trust=info.trust,
+        needs_approval=info.needs_approval,
+        changed=info.changed,
+        input_schema=schema,
+    )
+
+
+def tool_info_from_wire(message: pb.ToolInfo) -> t.ToolInfo:
+    return t.ToolInfo(
+        name=message.name,
+        server=message.server,
+        description=message.description,
+        idempotency=idempotency_from_wire(message.idempotency),
+        replay_policy=replay_policy_from_wire(message.replay_policy),
+        reason=message.reason,
+        source=message.source,
+        trust=message.trust,
+        needs_approval=message.needs_approval,
+        changed=message.changed,
+        input_schema_json=json.dumps(MessageToDict(message.input_schema)),
     )

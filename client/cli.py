@@ -345,7 +345,7 @@ def cmd_wait(args: argparse.Namespace) -> int:
         result = client.wait_call(call_id, timeout=args.timeout)
         if args.json:
             print(_result_json(result))
-        elif result.code is Code.IN_PROGRESS:
+        elif not result.status.is_final:
             why = (
                 " (it waits for a human: `shellward approvals`)"
                 if result.status is CallStatus.PENDING_APPROVAL

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import enum
 import functools
+import json
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @functools.total_ordering
@@ -215,6 +217,8 @@ class LedgerEntry:
     input_json: str = ""
     # False when the file effects could not be observed (the daemon died mid-call).
     effects_recorded: bool = False
+    # A tool call's structured answer, as JSON ("" for commands).
+    output_json: str = ""
 
 
 @dataclass(frozen=True)
@@ -239,6 +243,13 @@ class CommandResult:
     step_id: str = ""
     started_at: float | None = None
     finished_at: float | None = None
+    # A tool call's structured answer, as JSON ("" for commands); its raw bytes are stdout.
+    output_json: str = ""
+
+    @property
+    def output(self) -> Any:
+        """A tool call's structured answer (None for commands)."""
+        return json.loads(self.output_json) if self.output_json else None
 
     def to_dict(self) -> dict[str, object]:
         """The shape agents hand to a model: ``{ok, code, content, metadata}``."""
@@ -320,3 +331,20 @@ class ReloadOutcome:
     ok: bool
     error: str
     sources: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ToolInfo:
+    """A tool the daemon offers, with its classification and where it came from."""
+
+    name: str
+    server: str  # "builtin" or the MCP server's name
+    description: str
+    idempotency: Idempotency
+    replay_policy: ReplayPolicy
+    reason: str
+    source: str  # "builtin", "pin", "annotations", "name" or "default"
+    trust: str  # "builtin", "trusted" or "untrusted"
+    needs_approval: bool = False
+    changed: bool = False
+    input_schema_json: str = "{}"

@@ -71,7 +71,8 @@ CREATE TABLE IF NOT EXISTS calls (
     effects_from_rescan INTEGER NOT NULL DEFAULT 0,
     note TEXT NOT NULL DEFAULT '',
     input_json TEXT NOT NULL DEFAULT '',
-    effects_recorded INTEGER NOT NULL DEFAULT 0
+    effects_recorded INTEGER NOT NULL DEFAULT 0,
+    output_json TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS calls_identity ON calls (run_id, step_id, created_at);
 CREATE INDEX IF NOT EXISTS calls_created ON calls (created_at);
@@ -90,7 +91,7 @@ _FINAL_COLUMNS = (
     "stdout", "stdout_total", "stdout_truncated", "stdout_sha256",
     "stderr", "stderr_total", "stderr_truncated", "stderr_sha256",
     "unexpected_writes", "effects_from_rescan", "effects_recorded", "note", "idempotency",
-    "replay_policy",
+    "replay_policy", "output_json",
 )  # fmt: skip
 
 
@@ -369,6 +370,7 @@ def _entry_to_row(entry: LedgerEntry) -> dict[str, Any]:
         "note": entry.note,
         "input_json": entry.input_json,
         "effects_recorded": int(entry.effects_recorded),
+        "output_json": entry.output_json,
     }
 
 
@@ -413,6 +415,7 @@ def _entry_from_row(row: sqlite3.Row) -> LedgerEntry:
         note=row["note"],
         input_json=row["input_json"],
         effects_recorded=bool(row["effects_recorded"]),
+        output_json=row["output_json"],
     )
 
 

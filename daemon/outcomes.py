@@ -16,7 +16,7 @@ from shellward.types import (
     LedgerEntry,
     ReplayPolicy,
 )
-from shellwardd.replay import Decision
+from shellwardd.replay import TRANSIENT_CODES, Decision
 from shellwardd.sandbox import ProcessOutcome
 from shellwardd.watch import CallEffects
 
@@ -107,7 +107,7 @@ def retryable(entry: LedgerEntry) -> bool:
         return False
     if entry.started_at is None:
         # Nothing ran: retrying the same input only helps where the cause was transient.
-        return entry.code in (Code.IN_PROGRESS, Code.INTERRUPTED)
+        return entry.code in TRANSIENT_CODES
     return entry.replay_policy is ReplayPolicy.AUTO
 
 
@@ -134,6 +134,7 @@ def result_from_entry(entry: LedgerEntry, *, replayed: bool = False) -> CommandR
         step_id=entry.step_id,
         started_at=entry.started_at,
         finished_at=entry.finished_at,
+        output_json=entry.output_json,
     )
 
 
@@ -166,8 +167,8 @@ def already_applied(previous: LedgerEntry) -> CommandResult:
         result_from_entry(previous, replayed=True),
         ok=True,
         code=Code.ALREADY_APPLIED,
-        content=f"Call {previous.call_id} already applied its changes ({paths} are as it left "
-        "them), so nothing ran now. Continue with the next step.",
+        content=f"Call {previous.call_id} already applied its changes (its files, {paths}, are "
+        "as it left them), so nothing ran now. Continue with the next step.",
         retryable=False,
     )
 

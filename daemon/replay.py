@@ -6,7 +6,7 @@ ledger says                    idempotent + auto    conditional + ask   non_idem
 succeeded                      recorded result      recorded result     recorded result
 succeeded, ``rerun`` asked     run again            check the effects   refuse
 uncertain / failed after start run again            check the effects   SIDE_EFFECT_UNCERTAIN
-failed before start / denied   the same answer again; nothing runs
+failed before start / denied   the same answer again; nothing runs (busy: run)
 =============================  ===================  ==================  =======================
 
 "Check" compares the call's recorded file effects with the workspace now
@@ -24,6 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from shellward.types import CallStatus, Code, EffectKind, LedgerEntry, ReplayPolicy
+
+# Codes of calls that ended before they started for a passing reason (the daemon was busy
+# or shutting down): a retry of the same step runs, where any other early end repeats.
+TRANSIENT_CODES = frozenset({Code.UNAVAILABLE, Code.INTERRUPTED})
 
 
 class Action(enum.Enum):
@@ -58,14 +62,33 @@ def mismatch(run_id: str, step_id: str, call_id: str) -> Decision:
 
 
 def in_progress(run_id: str, step_id: str, call_id: str) -> Decision:
+    what = f"step {step_id!r} of run {run_id!r}" if run_id and step_id else "it"
     return Decision(
         Action.REFUSE,
         Code.IN_PROGRESS,
-        f"step {step_id!r} of run {run_id!r} is still in progress as call {call_id}; it was "
-        "not started a second time. Wait for its result with WaitCall (shellward wait "
-        f"{call_id}) or fetch it later with GetCall.",
+        f"Call {call_id} is still in progress; {what} was not started a second time. Wait "
+        f"for its result with WaitCall (shellward wait {call_id}) or fetch it later with "
+        "GetCall.",
         retryable=True,
     )
+
+
+def awaiting_approval(entry: LedgerEntry) -> Decision:
+    return Decision(
+        Action.REFUSE,
+        Code.NEEDS_APPROVAL,
+        f"{_step(entry).capitalize()} is waiting for a human's approval; nothing ran. Ask the "
+        f"user to approve it (shellward approve {entry.call_id}), then wait for it with "
+        f"WaitCall (shellward wait {entry.call_id}).",
+        retryable=True,
+    )
+
+
+def still_running(entry: LedgerEntry) -> Decision:
+    """The answer for a call that is not final yet (waiting for a human, or running)."""
+    if entry.status is CallStatus.PENDING_APPROVAL:
+        return awaiting_approval(entry)
+    return in_progress(entry.run_id, entry.step_id, entry.call_id)
 
 
 def decide(
@@ -74,16 +97,8 @@ def decide(
     """Decide for a new request of ``previous``'s identity whose input hashes to ``input_hash``."""
     if previous.input_hash != input_hash:
         return mismatch(previous.run_id, previous.step_id, previous.call_id)
-    if previous.status is CallStatus.PENDING_APPROVAL:
-        return Decision(
-            Action.REFUSE,
-            Code.NEEDS_APPROVAL,
-            f"{_step(previous)} is waiting for a human's approval; nothing ran. Wait for it "
-            f"with WaitCall (shellward wait {previous.call_id}).",
-            retryable=True,
-        )
     if not previous.status.is_final:
-        return in_progress(previous.run_id, previous.step_id, previous.call_id)
+        return still_running(previous)
     if now - previous.created_at > retention:
         return Decision(
             Action.REFUSE,
@@ -93,8 +108,9 @@ def decide(
             "If it must run again, use a new step_id.",
         )
     if previous.started_at is None:
-        # Failed before it started (invalid input, denied, sandbox error): same answer.
-        return Decision(Action.RETURN_RECORDED)
+        # Ended before it started: nothing ran. A passing cause runs again; any other
+        # (invalid input, denied, sandbox error) gives the same answer again.
+        return Decision(Action.RUN if previous.code in TRANSIENT_CODES else Action.RETURN_RECORDED)
     policy = previous.replay_policy
     if previous.status is CallStatus.SUCCEEDED:
         if not rerun:

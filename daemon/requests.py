@@ -7,13 +7,14 @@ after a restart, runs exactly what was asked.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from shellwardd.config import MAX_COMMAND_BYTES, Limits
 from shellwardd.errors import InvalidArgument
+from shellwardd.watch.hashing import bytes_hash
 
 TOOL_RUN_COMMAND = "run_command"
 MAX_ENV_ENTRIES = 256
@@ -78,8 +79,7 @@ def input_hash(request: CommandRequest) -> str:
         ensure_ascii=False,
         separators=(",", ":"),
     )
-    digest = hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
-    return f"sha256:{digest}"
+    return bytes_hash(canonical.encode("utf-8", "surrogatepass"))
 
 
 def to_json(request: CommandRequest) -> str:
@@ -93,3 +93,42 @@ def from_json(text: str) -> CommandRequest:
     data = json.loads(text)
     limits = data.pop("limits", None)
     return CommandRequest(**data, limits=Limits(**limits) if limits else None)
+
+
+@dataclass(frozen=True)
+class ToolRequest:
+    """A call of a tool other than run_command (a built-in file tool, an MCP tool)."""
+
+    tool: str
+    arguments: Mapping[str, Any] = field(default_factory=dict)
+    cwd: str = ""
+    timeout_seconds: float = 0.0
+    run_id: str = ""
+    step_id: str = ""
+    user: str = ""
+    rerun: bool = False
+
+    @property
+    def identity(self) -> tuple[str, str] | None:
+        return (self.run_id, self.step_id) if self.run_id and self.step_id else None
+
+
+def tool_input_hash(request: ToolRequest) -> str:
+    """Identity of a tool call's input: the tool, its arguments, where and for whom."""
+    canonical = json.dumps(
+        {"tool": request.tool, "arguments": request.arguments, "cwd": request.cwd,
+         "user": request.user},
+        ensure_ascii=False, separators=(",", ":"), sort_keys=True,
+    )  # fmt: skip
+    return bytes_hash(canonical.encode("utf-8", "surrogatepass"))
+
+
+def tool_to_json(request: ToolRequest) -> str:
+    data = dataclasses.asdict(request)
+    data["arguments"] = dict(request.arguments)
+    del data["rerun"]
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+
+
+def tool_from_json(text: str) -> ToolRequest:
+    return ToolRequest(**json.loads(text))

@@ -8,6 +8,7 @@ of things: the replay table is in ``replay.py``, the sentences the model reads i
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -20,6 +21,7 @@ from typing import Protocol
 
 from shellward.types import (
     CallStatus,
+    CapturedOutput,
     Code,
     CommandResult,
     Idempotency,
@@ -27,10 +29,12 @@ from shellward.types import (
     OutputChunk,
     RecoveryItem,
     ReplayPolicy,
+    ToolInfo,
     Verdict,
     WorkspaceStatus,
 )
 from shellwardd import requests
+from shellwardd.builtin_tools import BUILTIN_TOOLS, BuiltinTool, Prepared
 from shellwardd.config import Config
 from shellwardd.errors import (
     InvalidArgument,
@@ -56,10 +60,12 @@ from shellwardd.replay import (
     decide,
     in_progress,
     mismatch,
+    still_running,
 )
-from shellwardd.requests import TOOL_RUN_COMMAND, CommandRequest
+from shellwardd.requests import TOOL_RUN_COMMAND, CommandRequest, ToolRequest
 from shellwardd.sandbox import Sandbox, SandboxSpec
 from shellwardd.watch import WorkspaceMonitor, content_hash
+from shellwardd.watch.hashing import bytes_hash
 from shellwardd.watch.paths import COOKIE_DIR
 
 log = logging.getLogger("shellwardd.runtime")
@@ -86,6 +92,9 @@ class _Silent:
 
 
 Classify = Callable[[str, str | None, str | None], Verdict]
+AnyRequest = CommandRequest | ToolRequest
+# Starts a new attempt: (call_id, input_hash, request, listener, approval) → result.
+RunNew = Callable[..., CommandResult]
 
 
 class Runtime:
@@ -156,6 +165,22 @@ class Runtime:
     def list_calls(self, run_id: str = "", limit: int = 50) -> list[LedgerEntry]:
         return self._ledger.list(run_id=run_id, limit=max(1, min(limit or 50, 1000)))
 
+    def tools(self) -> tuple[ToolInfo, ...]:
+        return tuple(
+            ToolInfo(
+                name=tool.name,
+                server="builtin",
+                description=tool.description,
+                idempotency=tool.verdict.idempotency,
+                replay_policy=tool.verdict.replay_policy,
+                reason=tool.verdict.reason,
+                source="builtin",
+                trust="builtin",
+                input_schema_json=json.dumps(tool.input_schema),
+            )
+            for tool in BUILTIN_TOOLS.values()
+        )
+
     def list_approvals(self) -> list[LedgerEntry]:
         return self._ledger.list(status=CallStatus.PENDING_APPROVAL, limit=1000)
 
@@ -169,7 +194,7 @@ class Runtime:
             while not entry.status.is_final:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    waiting = in_progress(entry.run_id, entry.step_id, call_id)
+                    waiting = still_running(entry)
                     return refusal(waiting, call_id, (entry.run_id, entry.step_id), entry)
                 self._changed.wait(min(remaining, 1.0))
                 entry = self.get_call(call_id)
@@ -208,7 +233,9 @@ class Runtime:
         if decision.action is Action.REFUSE:
             return RecoveryItem(entry, "refuse", decision.content)
         check = check_effects(entry, Path(entry.workspace), content_hash)
-        if check.state is EffectsState.ALREADY_APPLIED:
+        if check.state is EffectsState.ALREADY_APPLIED and entry.status is CallStatus.FAILED:
+            reason = "it failed, and its files are as it left them: Replay runs it again"
+        elif check.state is EffectsState.ALREADY_APPLIED:
             reason = "its recorded file effects are all in place: Replay answers ALREADY_APPLIED"
         elif check.state is EffectsState.AT_BEFORE:
             reason = "none of its recorded file effects is in place: Replay runs it again"
@@ -221,20 +248,29 @@ class Runtime:
 
     def run_command(self, request: CommandRequest, listener: CallListener) -> CommandResult:
         """Run one command (or answer from the ledger). Never raises for bad input."""
+        return self._call(request, requests.input_hash(request), listener, self._run_new)
+
+    def call_tool(self, request: ToolRequest) -> CommandResult:
+        """Call a built-in tool (or answer from the ledger). Never raises for bad input."""
+        return self._call(request, requests.tool_input_hash(request), _Silent(), self._run_tool_new)
+
+    def _call(
+        self, request: AnyRequest, input_hash: str, listener: CallListener, run_new: RunNew
+    ) -> CommandResult:
+        """The identity part of every call: a new step runs; a known one meets the table."""
         call_id = str(uuid.uuid4())
-        input_hash = requests.input_hash(request)
         identity = request.identity
         try:
             if identity is None:
-                return self._run_new(call_id, input_hash, request, listener)
+                return run_new(call_id, input_hash, request, listener, None)
             answer = self._claim(identity, call_id, input_hash)
             if answer is not None:
                 return answer
             try:
                 previous = self._ledger.latest_for_step(*identity)
                 if previous is None:
-                    return self._run_new(call_id, input_hash, request, listener)
-                return self._again(previous, call_id, input_hash, request, listener)
+                    return run_new(call_id, input_hash, request, listener, None)
+                return self._again(previous, call_id, input_hash, request, listener, run_new)
             finally:
                 with self._lock:
                     self._claimed.pop(identity, None)
@@ -264,15 +300,18 @@ class Runtime:
                 f"there is nothing to replay. {previous.content}",
             )  # fmt: skip
             return refusal(decision, previous.call_id, (previous.run_id, previous.step_id))
-        request = replace(
-            requests.from_json(previous.input_json),
-            run_id=previous.run_id,
-            step_id=previous.step_id,
-            rerun=rerun,
-        )
+        run_new: RunNew
+        if previous.tool_name == TOOL_RUN_COMMAND:
+            request: AnyRequest = requests.from_json(previous.input_json)
+            run_new = self._run_new
+        else:
+            request = requests.tool_from_json(previous.input_json)
+            run_new = self._run_tool_new
+        request = replace(request, run_id=previous.run_id, step_id=previous.step_id, rerun=rerun)
         if request.identity is not None:
-            return self.run_command(request, listener)
-        return self._again(previous, str(uuid.uuid4()), previous.input_hash, request, listener)
+            return self._call(request, previous.input_hash, listener, run_new)
+        call_id = str(uuid.uuid4())
+        return self._again(previous, call_id, previous.input_hash, request, listener, run_new)
 
     def _claim(
         self, identity: tuple[str, str], call_id: str, input_hash: str
@@ -293,8 +332,9 @@ class Runtime:
         previous: LedgerEntry,
         call_id: str,
         input_hash: str,
-        request: CommandRequest,
+        request: AnyRequest,
         listener: CallListener,
+        run_new: RunNew,
     ) -> CommandResult:
         """A request for a step the ledger has seen: the replay table decides."""
         decision = decide(
@@ -309,14 +349,14 @@ class Runtime:
             )
         if decision.action is Action.CHECK:
             check = check_effects(previous, Path(previous.workspace), content_hash)
-            if check.state is EffectsState.ALREADY_APPLIED:
+            if check.state is EffectsState.ALREADY_APPLIED and previous.status is not (
+                CallStatus.FAILED
+            ):
                 return already_applied(previous)
             if check.state is EffectsState.CONFLICT:
                 content = conflict_content(call_id, previous, check.conflicts)
-                return self._run_new(
-                    call_id, input_hash, request, listener, approval=(Code.CONFLICT, content)
-                )
-        return self._run_new(call_id, input_hash, request, listener)
+                return run_new(call_id, input_hash, request, listener, (Code.CONFLICT, content))
+        return run_new(call_id, input_hash, request, listener, None)
 
     def _run_new(
         self,
@@ -370,29 +410,140 @@ class Runtime:
                 f"Nothing ran yet. Ask the user to approve call {call_id} (shellward approve "
                 f"{call_id}), then wait for it with WaitCall.",
             )
+        if not self._record(entry, verdict, approval, listener):
+            return result_from_entry(self._ledger.get(call_id) or entry)
+        return self._execute(entry, request, listener)
+
+    def _record(
+        self,
+        entry: LedgerEntry,
+        verdict: Verdict,
+        approval: tuple[Code, str] | None,
+        listener: CallListener,
+    ) -> bool:
+        """Record a new call: planned (True: run it now) or waiting for a human (False)."""
         if approval is not None:
             code, content = approval
             entry = replace(entry, status=CallStatus.PENDING_APPROVAL, code=code, content=content)
             self._ledger.record(entry, f"waits for a human: {code.value}")
-            listener.accepted(call_id, verdict)
-            return result_from_entry(entry)
+            listener.accepted(entry.call_id, verdict)
+            return False
         self._ledger.record(entry)
-        listener.accepted(call_id, verdict)
-        return self._execute(entry, request, listener)
+        listener.accepted(entry.call_id, verdict)
+        return True
+
+    def _run_tool_new(
+        self,
+        call_id: str,
+        input_hash: str,
+        request: ToolRequest,
+        listener: CallListener,
+        approval: tuple[Code, str] | None = None,
+    ) -> CommandResult:
+        """A new attempt of a built-in tool: check and prepare its work, record, run."""
+        tool = BUILTIN_TOOLS.get(request.tool)
+        base = LedgerEntry(
+            call_id=call_id,
+            run_id=request.run_id,
+            step_id=request.step_id,
+            tool_name=request.tool,
+            input_hash=input_hash,
+            status=CallStatus.PLANNED,
+            idempotency=Idempotency.NON_IDEMPOTENT,
+            replay_policy=ReplayPolicy.NEVER,
+            command=tool.summary(request.arguments) if tool else request.tool,
+            cwd=request.cwd,
+            created_at=time.time(),
+        )
+        try:
+            if not self._accepting:
+                raise Unavailable("the daemon is shutting down; retry once it is back")
+            if tool is None:
+                known = ", ".join(sorted(BUILTIN_TOOLS))
+                raise NotFound(f"there is no tool {request.tool!r}; the tools are: {known}")
+            timeout = self._timeout(request.timeout_seconds)
+            workspace, cwd = self._resolve_cwd(request.cwd)
+            prepared = tool.prepare(workspace, request.arguments)
+        except ShellwardError as exc:
+            return self._fail_before_start(base, exc.code, exc.message)
+        entry = replace(
+            base,
+            cwd=str(cwd),
+            workspace=str(workspace),
+            idempotency=tool.verdict.idempotency,
+            replay_policy=tool.verdict.replay_policy,
+            verdict=tool.verdict,
+            timeout_seconds=timeout,
+            input_json=requests.tool_to_json(request),
+        )
+        if not self._record(entry, tool.verdict, approval, listener):
+            return result_from_entry(self._ledger.get(call_id) or entry)
+        return self._execute_tool(entry, tool, prepared)
+
+    def _execute_tool(
+        self, entry: LedgerEntry, tool: BuiltinTool, prepared: Prepared
+    ) -> CommandResult:
+        def work(started: LedgerEntry, cancel: threading.Event) -> LedgerEntry:
+            try:
+                answer = prepared()
+            except ShellwardError as exc:
+                return replace(started, status=CallStatus.FAILED, code=exc.code,
+                               content=exc.message, finished_at=time.time())  # fmt: skip
+            return replace(
+                started,
+                status=CallStatus.SUCCEEDED,
+                code=Code.OK,
+                content=answer.summary,
+                stdout=CapturedOutput(
+                    answer.data, len(answer.data), False, bytes_hash(answer.data)
+                ),
+                output_json=json.dumps(answer.output, ensure_ascii=False),
+                finished_at=time.time(),
+            )
+
+        return self._started(entry, tool.writes, work)
 
     def _execute(
         self, entry: LedgerEntry, request: CommandRequest, listener: CallListener
     ) -> CommandResult:
-        """Run a planned or approved call: started (durable) → sandbox → final state."""
-        workspace, cwd = Path(entry.workspace), Path(entry.cwd)
-        monitor = self._monitors[workspace]
+        """Run a planned or approved command in the sandbox."""
+
+        def work(started: LedgerEntry, cancel: threading.Event) -> LedgerEntry:
+            workspace = Path(started.workspace)
+            spec = SandboxSpec(
+                command=request.command,
+                workspace=workspace,
+                cwd=Path(started.cwd),
+                env={**request.env, "SHELLWARD_CALL_ID": started.call_id},
+                network=started.network_granted,
+                timeout=started.timeout_seconds,
+                limits=request.limits or self._config.limits,
+                output_cap=self._config.output_cap_bytes,
+                hidden=(self._config.state_dir, self._config.socket.parent),
+                read_only=(workspace / COOKIE_DIR,),
+            )
+            outcome = self._sandbox.run(spec, listener.output, cancel)
+            return finished_entry(started, outcome, time.time())
+
+        return self._started(entry, entry.idempotency is not Idempotency.IDEMPOTENT, work)
+
+    def _started(
+        self,
+        entry: LedgerEntry,
+        writes: bool,
+        work: Callable[[LedgerEntry, threading.Event], LedgerEntry],
+    ) -> CommandResult:
+        """Watch the workspace, record ``started`` (durable), do the work, record the end."""
+        monitor = self._monitors.get(Path(entry.workspace))
+        if monitor is None:
+            return self._fail_planned(
+                entry, Code.PERMISSION_DENIED,
+                f"{entry.workspace} is no longer one of the daemon's workspaces; nothing ran.",
+            )  # fmt: skip
         # Calls that may write run alone in their workspace: inotify cannot tell two
         # writers apart. Read-only calls share it.
         try:
-            watch = monitor.begin_call(
-                exclusive=entry.idempotency is not Idempotency.IDEMPOTENT,
-                timeout=entry.timeout_seconds,
-            )
+            watch = monitor.begin_call(exclusive=writes, timeout=entry.timeout_seconds)
         except TimeoutError:
             progress = monitor.progress()
             return self._fail_planned(
@@ -407,24 +558,12 @@ class Runtime:
         try:
             started_at = time.time()
             self._ledger.mark_started(entry.call_id, started_at)
-            entry = replace(entry, status=CallStatus.STARTED, started_at=started_at)
-            spec = SandboxSpec(
-                command=request.command,
-                workspace=workspace,
-                cwd=cwd,
-                env={**request.env, "SHELLWARD_CALL_ID": entry.call_id},
-                network=entry.network_granted,
-                timeout=entry.timeout_seconds,
-                limits=request.limits or self._config.limits,
-                output_cap=self._config.output_cap_bytes,
-                hidden=(self._config.state_dir, self._config.socket.parent),
-                read_only=(workspace / COOKIE_DIR,),
-            )
+            started = replace(entry, status=CallStatus.STARTED, started_at=started_at)
             try:
-                outcome = self._sandbox.run(spec, listener.output, cancel)
+                ended = work(started, cancel)
             finally:
                 effects = monitor.finish_call(watch)
-            final = reconcile(finished_entry(entry, outcome, time.time()), effects)
+            final = reconcile(ended, effects)
             self._ledger.finish(final)
         finally:
             with self._changed:
@@ -432,9 +571,10 @@ class Runtime:
                 self._changed.notify_all()
         log.info(
             "call finished",
-            extra={"call_id": final.call_id, "status": final.status.value,
-                   "code": final.code.value, "exit_code": final.exit_code,
-                   "duration": round(outcome.duration, 3)},
+            extra={"call_id": final.call_id, "tool": final.tool_name,
+                   "status": final.status.value, "code": final.code.value,
+                   "exit_code": final.exit_code,
+                   "duration": round((final.finished_at or started_at) - started_at, 3)},
         )  # fmt: skip
         return result_from_entry(final)
 
@@ -497,12 +637,30 @@ class Runtime:
 
     def _run_approved(self, entry: LedgerEntry) -> None:
         try:
-            self._execute(entry, requests.from_json(entry.input_json), _Silent())
+            if entry.tool_name == TOOL_RUN_COMMAND:
+                self._execute(entry, requests.from_json(entry.input_json), _Silent())
+            else:
+                self._execute_approved_tool(entry)
         except Exception:
             log.exception("approved call failed", extra={"call_id": entry.call_id})
         finally:
             with self._lock:
                 self._workers.discard(threading.current_thread())
+
+    def _execute_approved_tool(self, entry: LedgerEntry) -> None:
+        request = requests.tool_from_json(entry.input_json)
+        tool = BUILTIN_TOOLS[request.tool]
+        arguments = dict(request.arguments)
+        if entry.code is Code.CONFLICT:
+            # The human approved writing over someone else's change: the stale base_hash
+            # that caused the conflict must not refuse it now.
+            arguments.pop("base_hash", None)
+        try:
+            prepared = tool.prepare(Path(entry.workspace), arguments)
+        except ShellwardError as exc:
+            self._fail_planned(entry, exc.code, exc.message)
+            return
+        self._execute_tool(entry, tool, prepared)
 
     def expire_approvals(self) -> list[str]:
         """Pending calls older than the approval timeout are denied (nothing ran)."""

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from google.protobuf.json_format import MessageToDict
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
@@ -30,7 +31,8 @@ from shellward.v1 import shellward_pb2_grpc as pb_grpc
 from shellwardd.classifier import LiveRules
 from shellwardd.config import Config, Limits
 from shellwardd.errors import ShellwardError
-from shellwardd.runtime import CommandRequest, Runtime
+from shellwardd.requests import CommandRequest, ToolRequest
+from shellwardd.runtime import Runtime
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Shellward"].full_name
 MAX_WORKERS = 64
@@ -122,6 +124,25 @@ class ShellwardServicer(pb_grpc.ShellwardServicer):
             lambda: self._runtime.approve(request.call_id, request.approve, request.reason),
         )
         return _wire.entry_to_wire(entry)
+
+    def CallTool(self, request: pb.CallToolRequest, context: grpc.ServicerContext) -> pb.ToolResult:
+        tool_request = ToolRequest(
+            tool=request.tool,
+            arguments=MessageToDict(request.arguments),
+            cwd=request.cwd,
+            timeout_seconds=request.timeout_seconds,
+            run_id=request.run_id,
+            step_id=request.step_id,
+            user=request.user,
+        )
+        return _wire.tool_result_to_wire(self._runtime.call_tool(tool_request))
+
+    def ListTools(
+        self, request: pb.ListToolsRequest, context: grpc.ServicerContext
+    ) -> pb.ListToolsResponse:
+        return pb.ListToolsResponse(
+            tools=[_wire.tool_info_to_wire(t) for t in self._runtime.tools()]
+        )
 
     def ReloadRules(
         self, request: pb.ReloadRulesRequest, context: grpc.ServicerContext

@@ -307,7 +307,7 @@ class FileEffect(_message.Message):
     def __init__(self, path: _Optional[str] = ..., kind: _Optional[_Union[EffectKind, str]] = ..., before_hash: _Optional[str] = ..., after_hash: _Optional[str] = ..., size: _Optional[int] = ..., renamed_from: _Optional[str] = ..., from_rescan: _Optional[bool] = ...) -> None: ...
 
 class LedgerEntry(_message.Message):
-    __slots__ = ("call_id", "run_id", "step_id", "tool_name", "input_hash", "status", "idempotency", "replay_policy", "idempotency_key", "command", "cwd", "workspace", "verdict", "file_effects", "network_granted", "exit_code", "code", "content", "stdout", "stderr", "timeout_seconds", "created_at", "started_at", "finished_at", "unexpected_writes", "effects_from_rescan", "note", "input_json", "effects_recorded")
+    __slots__ = ("call_id", "run_id", "step_id", "tool_name", "input_hash", "status", "idempotency", "replay_policy", "idempotency_key", "command", "cwd", "workspace", "verdict", "file_effects", "network_granted", "exit_code", "code", "content", "stdout", "stderr", "timeout_seconds", "created_at", "started_at", "finished_at", "unexpected_writes", "effects_from_rescan", "note", "input_json", "effects_recorded", "output_json")
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     STEP_ID_FIELD_NUMBER: _ClassVar[int]
@@ -337,6 +337,7 @@ class LedgerEntry(_message.Message):
     NOTE_FIELD_NUMBER: _ClassVar[int]
     INPUT_JSON_FIELD_NUMBER: _ClassVar[int]
     EFFECTS_RECORDED_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_JSON_FIELD_NUMBER: _ClassVar[int]
     call_id: str
     run_id: str
     step_id: str
@@ -366,7 +367,8 @@ class LedgerEntry(_message.Message):
     note: str
     input_json: str
     effects_recorded: bool
-    def __init__(self, call_id: _Optional[str] = ..., run_id: _Optional[str] = ..., step_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., input_hash: _Optional[str] = ..., status: _Optional[_Union[CallStatus, str]] = ..., idempotency: _Optional[_Union[Idempotency, str]] = ..., replay_policy: _Optional[_Union[ReplayPolicy, str]] = ..., idempotency_key: _Optional[str] = ..., command: _Optional[str] = ..., cwd: _Optional[str] = ..., workspace: _Optional[str] = ..., verdict: _Optional[_Union[Verdict, _Mapping]] = ..., file_effects: _Optional[_Iterable[_Union[FileEffect, _Mapping]]] = ..., network_granted: _Optional[bool] = ..., exit_code: _Optional[int] = ..., code: _Optional[str] = ..., content: _Optional[str] = ..., stdout: _Optional[_Union[CapturedOutput, _Mapping]] = ..., stderr: _Optional[_Union[CapturedOutput, _Mapping]] = ..., timeout_seconds: _Optional[float] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., unexpected_writes: _Optional[bool] = ..., effects_from_rescan: _Optional[bool] = ..., note: _Optional[str] = ..., input_json: _Optional[str] = ..., effects_recorded: _Optional[bool] = ...) -> None: ...
+    output_json: str
+    def __init__(self, call_id: _Optional[str] = ..., run_id: _Optional[str] = ..., step_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., input_hash: _Optional[str] = ..., status: _Optional[_Union[CallStatus, str]] = ..., idempotency: _Optional[_Union[Idempotency, str]] = ..., replay_policy: _Optional[_Union[ReplayPolicy, str]] = ..., idempotency_key: _Optional[str] = ..., command: _Optional[str] = ..., cwd: _Optional[str] = ..., workspace: _Optional[str] = ..., verdict: _Optional[_Union[Verdict, _Mapping]] = ..., file_effects: _Optional[_Iterable[_Union[FileEffect, _Mapping]]] = ..., network_granted: _Optional[bool] = ..., exit_code: _Optional[int] = ..., code: _Optional[str] = ..., content: _Optional[str] = ..., stdout: _Optional[_Union[CapturedOutput, _Mapping]] = ..., stderr: _Optional[_Union[CapturedOutput, _Mapping]] = ..., timeout_seconds: _Optional[float] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., unexpected_writes: _Optional[bool] = ..., effects_from_rescan: _Optional[bool] = ..., note: _Optional[str] = ..., input_json: _Optional[str] = ..., effects_recorded: _Optional[bool] = ..., output_json: _Optional[str] = ...) -> None: ...
 
 class ClassifyRequest(_message.Message):
     __slots__ = ("command", "cwd")

@@ -12,6 +12,7 @@ from .conftest import ASK, AUTO, NEVER, pair
 def test_public_api() -> None:
     assert sorted(classifier_pkg.__all__) == [
         "Classifier",
+        "LiveRules",
         "RuleFileError",
         "RuleSet",
         "check_rule_file",
