@@ -15,10 +15,11 @@ Word vocabularies (step 3): a *read* verb (get, list, search, …) gives idempot
 *converging* write (set, put, upsert, enable, …: running it twice leaves the same state)
 gives conditional / ask; any other *write* verb (create, send, charge, delete, …) gives
 non_idempotent / never. When several kinds appear, the stricter wins: ``get_or_create_user``,
-``getOrCreate`` and ``target_list_writer`` are not reads. A word matches a verb in its base
+``getOrCreate`` and ``target_list_writer`` are not reads. A write word matches in its base
 form, its agent noun (``writer``, ``creator``) and its gerund (``writing``), but not its
 plural or past participle, which in tool names are nouns and adjectives (``get_posts``,
-``list_deleted_items`` stay reads).
+``list_deleted_items`` stay reads). A read word matches only in its base form, because a
+read loosens the verdict: ``bump_counter`` is not a read because of ``count``.
 
 The module is pure: strings in, verdict out.
 """
@@ -99,6 +100,7 @@ WRITE_VERBS = frozenset(
         "commit",
         "create",
         "decline",
+        "decrement",
         "delete",
         "deploy",
         "deposit",
@@ -114,6 +116,7 @@ WRITE_VERBS = frozenset(
         "forward",
         "grant",
         "import",
+        "increment",
         "insert",
         "install",
         "invite",
@@ -215,7 +218,9 @@ class ToolHints:
             ("idempotentHint", self.idempotent),
             ("openWorldHint", self.open_world),
         )
-        return ", ".join(f"{name}={str(value).lower()}" for name, value in named if value is not None)
+        return ", ".join(
+            f"{name}={str(value).lower()}" for name, value in named if value is not None
+        )
 
 
 @dataclass(frozen=True)
@@ -234,8 +239,8 @@ def words(text: str) -> list[str]:
     return [w.lower() for w in _WORD.findall(text)]
 
 
-def _forms(verb: str) -> set[str]:
-    """The spellings that count as ``verb`` in a tool name: base, agent noun, gerund."""
+def _write_forms(verb: str) -> set[str]:
+    """The spellings that count as a write ``verb`` in a tool name: base, agent noun, gerund."""
     stem = verb[:-1] if verb.endswith("e") else verb
     forms = {verb, stem + "er", stem + "or", stem + "ing"}
     if re.fullmatch(r"[^aeiou]*[aeiou][bdglmnprt]", verb):  # run → runner, running
@@ -244,12 +249,12 @@ def _forms(verb: str) -> set[str]:
 
 
 def _vocabulary(verbs: Iterable[str], kind: Idempotency) -> dict[str, tuple[str, Idempotency]]:
-    return {form: (verb, kind) for verb in verbs for form in _forms(verb)}
+    return {form: (verb, kind) for verb in verbs for form in _write_forms(verb)}
 
 
 # Built once; stricter kinds overwrite a colliding spelling of a looser one.
 _VOCABULARY = {
-    **_vocabulary(READ_VERBS, Idempotency.IDEMPOTENT),
+    **{verb: (verb, Idempotency.IDEMPOTENT) for verb in READ_VERBS},
     **_vocabulary(CONVERGING_VERBS, Idempotency.CONDITIONAL),
     **_vocabulary(WRITE_VERBS, Idempotency.NON_IDEMPOTENT),
 }
@@ -288,7 +293,7 @@ def _schema_signal(name: str, input_schema: Mapping[str, Any]) -> _Signal | None
     for argument in properties:
         compact = "".join(words(str(argument)))
         if compact in SIDE_EFFECT_ARGUMENTS and compact not in compact_name:
-            return _Signal(Idempotency.NON_IDEMPOTENT, f"takes a `{argument}` argument")
+            return _Signal(Idempotency.NON_IDEMPOTENT, f"takes the argument `{argument}`")
     return None
 
 
@@ -315,14 +320,13 @@ def _from_words(name: str, description: str, input_schema: Mapping[str, Any]) ->
 
 def _from_hints(hints: ToolHints) -> ToolVerdict | None:
     """A trusted server's own statement, or None when it states nothing about effects."""
-    if hints.destructive:
-        # Contradicts readOnlyHint if both are set; the stricter claim is kept.
-        idempotency = Idempotency.NON_IDEMPOTENT
-    elif hints.read_only:
+    # destructiveHint contradicts readOnlyHint when both are set; the stricter claim is kept.
+    if hints.read_only and not hints.destructive:
         idempotency = Idempotency.IDEMPOTENT
-    elif hints.idempotent is not None:
-        idempotency = Idempotency.IDEMPOTENT if hints.idempotent else Idempotency.NON_IDEMPOTENT
-    elif hints.read_only is False:
+    elif hints.idempotent:
+        # A write with no additional effect when repeated: the same state, like `set`.
+        idempotency = Idempotency.CONDITIONAL
+    elif hints.read_only is False or hints.destructive or hints.idempotent is False:
         idempotency = Idempotency.NON_IDEMPOTENT
     else:
         return None
@@ -355,9 +359,7 @@ def classify_tool(
     if pin is not None and (pin.idempotency or pin.replay_policy):
         idempotency = pin.idempotency or verdict.idempotency
         policy = pin.replay_policy or _DEFAULT_POLICY[idempotency]
-        pinned = "/".join(
-            v.value for v in (pin.idempotency, pin.replay_policy) if v is not None
-        )
+        pinned = "/".join(v.value for v in (pin.idempotency, pin.replay_policy) if v is not None)
         notes.insert(0, f"without the pin: {verdict.reason}")
         verdict = ToolVerdict(
             idempotency,
