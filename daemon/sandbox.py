@@ -204,7 +204,10 @@ class Sandbox:
                 stderr=subprocess.PIPE,
                 cwd=spec.cwd,
                 env=env,
-                start_new_session=True,
+                # Without bwrap, the command gets its own process group so that a kill
+                # reaches its children. With bwrap the pid namespace does that, and no
+                # new session lets CPython spawn with vfork: a few ms less per call.
+                start_new_session=not self.enabled,
                 pass_fds=(status_write,) if status_write is not None else (),
             )
         except OSError as exc:
@@ -225,7 +228,9 @@ class Sandbox:
             Stream.STDOUT: _Capture(spec.output_cap),
             Stream.STDERR: _Capture(spec.output_cap),
         }
-        timed_out, cancelled = _pump(process, captures, on_output, start + spec.timeout, cancel)
+        timed_out, cancelled = _pump(
+            process, captures, on_output, start + spec.timeout, cancel, group=not self.enabled
+        )
         exit_code = process.wait()
         duration = time.monotonic() - start
 
@@ -253,6 +258,8 @@ def _pump(
     on_output: Callable[[OutputChunk], None],
     deadline: float,
     cancel: threading.Event,
+    *,
+    group: bool,
 ) -> tuple[bool, bool]:
     """Copy output until both pipes close; kill the tree on deadline or cancel."""
     selector = selectors.DefaultSelector()
@@ -267,16 +274,16 @@ def _pump(
             if not timed_out and not cancelled:
                 if now >= deadline:
                     timed_out = True
-                    _kill(process)
+                    _kill(process, group)
                 elif cancel.is_set():
                     cancelled = True
-                    _kill(process)
+                    _kill(process, group)
             if drain_deadline is None and process.poll() is not None:
                 drain_deadline = now + _DRAIN_SECONDS
             if drain_deadline is not None and now >= drain_deadline:
                 # The command exited but something still holds the pipes (possible only
                 # without the pid namespace): kill its process group and stop reading.
-                _kill(process)
+                _kill(process, group)
                 break
             wait = min(max(deadline - now, 0.0), 0.2)
             for key, _ in selector.select(wait):
@@ -294,10 +301,13 @@ def _pump(
     return timed_out, cancelled
 
 
-def _kill(process: subprocess.Popen[bytes]) -> None:
-    """SIGKILL the process group; with bwrap the pid namespace takes the rest."""
+def _kill(process: subprocess.Popen[bytes], group: bool) -> None:
+    """SIGKILL the process (with bwrap, its pid namespace dies with it) or its group."""
     with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
+        if group:
+            os.killpg(process.pid, signal.SIGKILL)
+        else:
+            process.kill()
 
 
 def _read_status(fd: int, bwrap_exit: int) -> tuple[bool, int]:
