@@ -56,7 +56,7 @@ from shellward.types import EffectKind, FileEffect
 
 from .effects import diff
 from .gate import CallGate
-from .hashing import IndexEntry
+from .hashing import IndexEntry, Stamp, fs_stamp
 from .index import HashIndex, index_db_path
 from .observer import WorkspaceObserver
 from .paths import COOKIE_DIR, PathFilter
@@ -312,7 +312,7 @@ class WorkspaceMonitor:
                 if lost:
                     note = self._lost_note(call, overflows)
                     overflows = self._prepare_rescan()
-                    changes = stat_scan(index, self._root, self._filter)
+                    changes = stat_scan(index, self._root, self._filter, self._stamp())
                     states = {p: (index.get(p), e) for p, e in changes.items()}
                 else:
                     states = self._states(call.dirty)
@@ -472,15 +472,30 @@ class WorkspaceMonitor:
     def _states(self, dirty: _Dirty) -> dict[str, tuple[IndexEntry | None, IndexEntry | None]]:
         """Before (index) and after (disk) of every path ``dirty`` may cover."""
         index = self._require_index()
-        paths = set(dirty.files)
-        for directory in dirty.dirs:
-            paths.add(directory)
-            paths.update(index.under(directory))
-            paths.update(p for p, _ in walk(self._root, self._filter, directory))
-        paths.discard("")
-        ordered = sorted(paths)
-        after = probe_many(self._root, ordered)
+        if not dirty.dirs and not dirty.files:
+            return {}
+        stamp = self._stamp()  # before any of the lstats below
+        # path → its lstat from a walk, or None for probe() to take one.
+        found: dict[str, os.stat_result | None] = dict.fromkeys(dirty.files)
+        # A directory's event covers its whole subtree. `cp -r` reports every directory
+        # it creates, each inside the last: outermost first, and a directory the walk of
+        # an outer one has listed is not walked again.
+        listed: set[str] = set()
+        for directory in sorted(dirty.dirs, key=lambda d: d.count("/") + (d != "")):
+            if directory in listed:
+                continue
+            found.setdefault(directory, None)
+            for path in index.under(directory):
+                found.setdefault(path, None)
+            for path, st in walk(self._root, self._filter, directory, listed):
+                found[path] = st
+        found.pop("", None)
+        ordered = sorted(found)
+        after = probe_many(self._root, [(p, found[p]) for p in ordered], stamp)
         return {p: (index.get(p), a) for p, a in zip(ordered, after, strict=True)}
+
+    def _stamp(self) -> Stamp | None:
+        return fs_stamp(self._cookie_dir)
 
     def _git_effects(self, git: dict[str, bool]) -> list[FileEffect]:
         effects = []
@@ -521,7 +536,7 @@ class WorkspaceMonitor:
             full = overflows != self._synced_overflows or self._watch_limit
         if full:
             overflows = self._prepare_rescan()
-            changes = stat_scan(index, self._root, self._filter)
+            changes = stat_scan(index, self._root, self._filter, self._stamp())
         else:
             changes = {p: a for p, (b, a) in self._states(dirty).items() if a != b}
         if self._apply(changes, call) and full:
@@ -536,7 +551,9 @@ class WorkspaceMonitor:
                 index = HashIndex(self._db_path, self.root)
                 self._index = index
                 self._total = len(index)
-                changes = stat_scan(index, self._root, self._filter, on_progress=self._progress)
+                changes = stat_scan(
+                    index, self._root, self._filter, self._stamp(), on_progress=self._progress
+                )
                 index.update(changes)
                 self._synced_overflows = overflows
                 self._flush_external(None)

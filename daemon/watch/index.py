@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
+from types import MappingProxyType
 
 from .hashing import IndexEntry
 
@@ -54,7 +55,6 @@ class HashIndex:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
-        self._entries: dict[str, IndexEntry] = {}
         self._children: dict[str, set[str]] = {}
         meta = dict(self._db.execute("SELECT key, value FROM meta").fetchall())
         expected = {"schema": SCHEMA_VERSION, "root": str(root)}
@@ -65,13 +65,14 @@ class HashIndex:
                 self._db.execute("DELETE FROM meta")
                 self._db.executemany("INSERT INTO meta VALUES (?, ?)", expected.items())
         self.persisted = meta == expected
-        for path, size, mtime_ns, ctime_ns, inode, digest, is_link, racy in self._db.execute(
-            "SELECT * FROM files"
-        ):
-            self._put(
-                path,
-                IndexEntry(size, mtime_ns, ctime_ns, inode, digest, bool(is_link), bool(racy)),
+        self._entries: dict[str, IndexEntry] = {
+            path: IndexEntry(size, mtime_ns, ctime_ns, inode, digest, bool(is_link), bool(racy))
+            for path, size, mtime_ns, ctime_ns, inode, digest, is_link, racy in self._db.execute(
+                "SELECT * FROM files"
             )
+        }
+        self._link(self._entries)
+        self._view = MappingProxyType(self._entries)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -81,6 +82,11 @@ class HashIndex:
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._entries)
+
+    @property
+    def entries(self) -> Mapping[str, IndexEntry]:
+        """A read-only view of the entries, live (it changes only through ``update``)."""
+        return self._view
 
     def get(self, path: str) -> IndexEntry | None:
         return self._entries.get(path)
@@ -106,13 +112,18 @@ class HashIndex:
             return
         rows = []
         gone = []
-        for path, entry in changes.items():
+        added = []
+        # In path order: SQLite's B-tree takes sorted keys several times faster.
+        for path in sorted(changes):
+            entry = changes[path]
             if entry is None:
                 if path in self._entries:
                     self._drop(path)
                     gone.append((path,))
             else:
-                self._put(path, entry)
+                if path not in self._entries:
+                    added.append(path)
+                self._entries[path] = entry
                 rows.append(
                     (
                         path,
@@ -125,6 +136,7 @@ class HashIndex:
                         int(entry.racy),
                     )
                 )
+        self._link(added)
         with self._db:
             self._db.execute("BEGIN")
             self._db.executemany("INSERT OR REPLACE INTO files VALUES (?,?,?,?,?,?,?,?)", rows)
@@ -133,20 +145,34 @@ class HashIndex:
     def close(self) -> None:
         self._db.close()
 
-    def _put(self, path: str, entry: IndexEntry) -> None:
-        if path not in self._entries:
-            child = path
+    def _link(self, paths: Iterable[str]) -> None:
+        """Enter newly indexed ``paths`` into the directory → children map.
+
+        One pass files each path under its parent; only the directories that pass
+        creates are then linked upwards, so a bulk load costs one dict step per file.
+        """
+        children = self._children
+        new_dirs = []
+        for path in paths:
+            parent = path.rpartition("/")[0]
+            siblings = children.get(parent)
+            if siblings is None:
+                children[parent] = {path}
+                new_dirs.append(parent)
+            else:
+                siblings.add(path)
+        for directory in new_dirs:
+            child = directory
             while child:
                 parent = _parent(child)
-                siblings = self._children.get(parent)
+                siblings = children.get(parent)
                 if siblings is None:
-                    self._children[parent] = {child}
+                    children[parent] = {child}
                 elif child in siblings:
                     break
                 else:
                     siblings.add(child)
                 child = parent
-        self._entries[path] = entry
 
     def _drop(self, path: str) -> None:
         del self._entries[path]
