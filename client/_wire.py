@@ -319,6 +319,7 @@ def tool_result_to_wire(result: t.CommandResult) -> pb.ToolResult:
         output=output,
         data=result.stdout.data,
         file_effects=[effect_to_wire(e) for e in result.file_effects],
+        idempotency_key=result.idempotency_key,
     )
 
 
@@ -331,6 +332,7 @@ def tool_result_from_wire(message: pb.ToolResult) -> t.CommandResult:
         stdout=t.CapturedOutput(message.data, len(message.data)),
         file_effects=tuple(effect_from_wire(e) for e in message.file_effects),
         output_json=json.dumps(output) if output else "",
+        idempotency_key=message.idempotency_key,
         **_metadata_from_wire(message.metadata),
     )
 

@@ -245,6 +245,8 @@ class CommandResult:
     finished_at: float | None = None
     # A tool call's structured answer, as JSON ("" for commands); its raw bytes are stdout.
     output_json: str = ""
+    # The key shellward sent with a business tool call ("" when none).
+    idempotency_key: str = ""
 
     @property
     def output(self) -> Any:

@@ -7,6 +7,7 @@ over its variable. ``load_config`` validates once; nothing else reads the enviro
 from __future__ import annotations
 
 import argparse
+import getpass
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -48,6 +49,8 @@ class Config:
     user_rules: Path | None = None
     trusted_repos: tuple[Path, ...] = ()
     ignore_globs: tuple[str, ...] = ()
+    tools_config: Path | None = None
+    user: str = ""
     retention_seconds: float = 7 * 24 * 3600.0
     approval_timeout: float = 3600.0
     log_level: str = "info"
@@ -172,6 +175,17 @@ _OPTIONS = (
         repeatable=True,
     ),
     _Option(
+        "--tools-config",
+        "SHELLWARD_TOOLS_CONFIG",
+        "TOML file of MCP servers and tool pins (see docs/mcp.md). Default: none.",
+    ),
+    _Option(
+        "--user",
+        "SHELLWARD_USER",
+        "The user the daemon acts for, part of business idempotency keys (default: the "
+        "login name).",
+    ),
+    _Option(
         "--retention",
         "SHELLWARD_RETENTION",
         "Seconds a recorded call answers retries of its step (default 604800, 7 days); older "
@@ -257,6 +271,15 @@ def _limit(values: dict[str, object], key: str, default: int) -> int:
     return int(value)  # type: ignore[call-overload]
 
 
+def _existing_file(value: object, flag: str) -> Path | None:
+    if not value:
+        return None
+    path = Path(str(value)).expanduser()
+    if not path.is_file():
+        raise ConfigError(f"{flag} {value!r} is not a file; create it or drop the flag")
+    return path.absolute()
+
+
 def _validate(values: dict[str, object]) -> Config:
     workspaces = []
     for raw in values.get("workspace") or [os.getcwd()]:  # type: ignore[attr-defined]
@@ -314,6 +337,8 @@ def _validate(values: dict[str, object]) -> Config:
             Path(p).expanduser().resolve() for p in values.get("trusted_repo") or ()
         ),  # type: ignore[attr-defined]
         ignore_globs=tuple(values.get("ignore") or ()),  # type: ignore[arg-type]
+        tools_config=_existing_file(values.get("tools_config"), "--tools-config"),
+        user=str(values.get("user") or getpass.getuser()),
         retention_seconds=_positive(values, "retention", 7 * 24 * 3600.0),
         approval_timeout=_positive(values, "approval_timeout", 3600.0),
         log_level=log_level,

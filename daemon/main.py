@@ -24,6 +24,8 @@ from shellwardd.ledger import Ledger, LedgerError
 from shellwardd.runtime import Runtime
 from shellwardd.sandbox import Sandbox
 from shellwardd.server import DaemonInfo, Listeners
+from shellwardd.tools.config import ToolConfigError, load_tools_config
+from shellwardd.tools.registry import ToolRegistry
 from shellwardd.watch import WorkspaceMonitor
 
 EXIT_OK = 0
@@ -111,7 +113,17 @@ def run(*, config: Config) -> int:
     }
     for monitor in monitors.values():
         monitor.start()
-    runtime = Runtime(config, ledger, rules.classify, sandbox, monitors)
+    registry = None
+    if config.tools_config is not None:
+        try:
+            registry = ToolRegistry(load_tools_config(config.tools_config))
+        except ToolConfigError as exc:
+            print(f"shellwardd: refusing to start: {exc}", file=sys.stderr)
+            return EXIT_CONFIG
+        registry.start()
+        for problem in registry.problems():
+            log.warning("tool registry problem", extra={"problem": problem})
+    runtime = Runtime(config, ledger, rules.classify, sandbox, monitors, registry)
     info = DaemonInfo(
         version=daemon_version(),
         config=config,
@@ -148,6 +160,8 @@ def run(*, config: Config) -> int:
     _shutdown(config, runtime, listeners, ledger, signals)
     for monitor in monitors.values():
         monitor.stop()
+    if registry is not None:
+        registry.stop()
     return EXIT_OK
 
 

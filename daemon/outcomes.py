@@ -6,10 +6,13 @@ decision) to ledger entries and ``CommandResult``s.
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from typing import Any
 
 from shellward.types import (
     CallStatus,
+    CapturedOutput,
     Code,
     CommandResult,
     Idempotency,
@@ -18,7 +21,10 @@ from shellward.types import (
 )
 from shellwardd.replay import TRANSIENT_CODES, Decision
 from shellwardd.sandbox import ProcessOutcome
+from shellwardd.tools.mcp_client import OutcomeKind, ToolCallOutcome
+from shellwardd.tools.registry import RegisteredTool, uncertain_content
 from shellwardd.watch import CallEffects
+from shellwardd.watch.hashing import bytes_hash
 
 
 def finished_entry(entry: LedgerEntry, outcome: ProcessOutcome, now: float) -> LedgerEntry:
@@ -135,6 +141,7 @@ def result_from_entry(entry: LedgerEntry, *, replayed: bool = False) -> CommandR
         started_at=entry.started_at,
         finished_at=entry.finished_at,
         output_json=entry.output_json,
+        idempotency_key=entry.idempotency_key,
     )
 
 
@@ -182,3 +189,44 @@ def conflict_content(call_id: str, previous: LedgerEntry, conflicts: tuple[str, 
         f"were changed by someone else since ({shown}). Nothing ran. A human must approve the "
         f"new attempt, call {call_id} (shellward approve {call_id}); wait for it with WaitCall."
     )
+
+
+def mcp_finished_entry(
+    entry: LedgerEntry, tool: RegisteredTool, outcome: ToolCallOutcome, key: str | None, now: float
+) -> LedgerEntry:
+    """The final entry of a business tool call, from what its server answered (or not)."""
+    name = tool.name
+    answer = outcome.content.encode("utf-8")
+    common: dict[str, Any] = {
+        "finished_at": now,
+        "stdout": CapturedOutput(answer, len(answer), False, bytes_hash(answer)),
+        "output_json": json.dumps(
+            outcome.structured if outcome.structured is not None else {"content": outcome.content}
+        ),
+    }
+    if outcome.kind is OutcomeKind.OK:
+        return replace(
+            entry, status=CallStatus.SUCCEEDED, code=Code.OK, **common,
+            content=outcome.content or f"{name} succeeded.",
+        )  # fmt: skip
+    if outcome.kind is OutcomeKind.ERROR:
+        return replace(
+            entry, status=CallStatus.FAILED, code=Code.COMMAND_FAILED, **common,
+            content=f"{name} answered with an error: {outcome.content or outcome.detail}. Fix the "
+            "cause before calling it again.",
+        )  # fmt: skip
+    if outcome.kind is OutcomeKind.UNAVAILABLE:
+        return replace(
+            entry, status=CallStatus.FAILED, code=Code.UNAVAILABLE, **common,
+            content=f"{name} was not sent: {outcome.detail}. Nothing happened; retry in a moment.",
+        )  # fmt: skip
+    if entry.idempotency is Idempotency.IDEMPOTENT:
+        return replace(
+            entry, status=CallStatus.FAILED, code=Code.TIMEOUT, **common,
+            content=f"{name} did not answer ({outcome.detail}). It only reads, so retrying is "
+            "safe, with a longer timeout if it is slow.",
+        )  # fmt: skip
+    return replace(
+        entry, status=CallStatus.UNCERTAIN, code=Code.SIDE_EFFECT_UNCERTAIN, **common,
+        content=uncertain_content(tool, outcome, key),
+    )  # fmt: skip

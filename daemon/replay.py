@@ -107,10 +107,11 @@ def decide(
             "shellward can no longer tell whether running it again is safe; nothing ran. "
             "If it must run again, use a new step_id.",
         )
+    if previous.status is CallStatus.FAILED and previous.code in TRANSIENT_CODES:
+        return Decision(Action.RUN)  # nothing ran, for a passing cause
     if previous.started_at is None:
-        # Ended before it started: nothing ran. A passing cause runs again; any other
-        # (invalid input, denied, sandbox error) gives the same answer again.
-        return Decision(Action.RUN if previous.code in TRANSIENT_CODES else Action.RETURN_RECORDED)
+        # Ended before it started (invalid input, denied, sandbox error): same answer again.
+        return Decision(Action.RETURN_RECORDED)
     policy = previous.replay_policy
     if previous.status is CallStatus.SUCCEEDED:
         if not rerun:
@@ -157,6 +158,8 @@ def check_effects(
     previous: LedgerEntry, workspace: Path, hash_of: Callable[[Path], str]
 ) -> EffectsCheck:
     """Compare ``previous``'s recorded file effects with the workspace now."""
+    if not previous.workspace:
+        return EffectsCheck(EffectsState.CONFLICT, ("(its effects are outside the workspace)",))
     if not previous.effects_recorded:
         return EffectsCheck(EffectsState.CONFLICT, ("(its file effects were never observed)",))
     if not previous.file_effects:

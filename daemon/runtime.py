@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from shellward.types import (
     CallStatus,
@@ -48,6 +48,7 @@ from shellwardd.outcomes import (
     already_applied,
     conflict_content,
     finished_entry,
+    mcp_finished_entry,
     reconcile,
     refusal,
     result_from_entry,
@@ -64,6 +65,7 @@ from shellwardd.replay import (
 )
 from shellwardd.requests import TOOL_RUN_COMMAND, CommandRequest, ToolRequest
 from shellwardd.sandbox import Sandbox, SandboxSpec
+from shellwardd.tools.registry import RegisteredTool, ToolRegistry
 from shellwardd.watch import WorkspaceMonitor, content_hash
 from shellwardd.watch.hashing import bytes_hash
 from shellwardd.watch.paths import COOKIE_DIR
@@ -105,8 +107,10 @@ class Runtime:
         classify: Classify,
         sandbox: Sandbox,
         monitors: Mapping[Path, WorkspaceMonitor],
+        registry: ToolRegistry | None = None,
     ) -> None:
         self._config = config
+        self._registry = registry
         self._ledger = ledger
         self._classify = classify
         self._sandbox = sandbox
@@ -176,9 +180,24 @@ class Runtime:
                 reason=tool.verdict.reason,
                 source="builtin",
                 trust="builtin",
-                input_schema_json=json.dumps(tool.input_schema),
+                input_schema_json=json.dumps(tool.input_schema, default=dict),
             )
             for tool in BUILTIN_TOOLS.values()
+        ) + tuple(
+            ToolInfo(
+                name=tool.qualified_name,
+                server=tool.server,
+                description=tool.description,
+                idempotency=tool.verdict.idempotency,
+                replay_policy=tool.verdict.replay_policy,
+                reason=tool.verdict.reason,
+                source=tool.verdict.source.value,
+                trust=tool.trust.value,
+                needs_approval=tool.verdict.needs_approval,
+                changed=tool.changed,
+                input_schema_json=json.dumps(tool.input_schema, default=dict),
+            )
+            for tool in (self._registry.list() if self._registry else ())
         )
 
     def list_approvals(self) -> list[LedgerEntry]:
@@ -442,6 +461,8 @@ class Runtime:
     ) -> CommandResult:
         """A new attempt of a built-in tool: check and prepare its work, record, run."""
         tool = BUILTIN_TOOLS.get(request.tool)
+        if tool is None and self._registry is not None:
+            return self._run_mcp_new(call_id, input_hash, request, listener, approval)
         base = LedgerEntry(
             call_id=call_id,
             run_id=request.run_id,
@@ -460,7 +481,10 @@ class Runtime:
                 raise Unavailable("the daemon is shutting down; retry once it is back")
             if tool is None:
                 known = ", ".join(sorted(BUILTIN_TOOLS))
-                raise NotFound(f"there is no tool {request.tool!r}; the tools are: {known}")
+                raise NotFound(
+                    f"there is no tool {request.tool!r}; the tools are: {known} (business "
+                    "tools come from MCP servers configured with --tools-config)"
+                )
             timeout = self._timeout(request.timeout_seconds)
             workspace, cwd = self._resolve_cwd(request.cwd)
             prepared = tool.prepare(workspace, request.arguments)
@@ -479,6 +503,86 @@ class Runtime:
         if not self._record(entry, tool.verdict, approval, listener):
             return result_from_entry(self._ledger.get(call_id) or entry)
         return self._execute_tool(entry, tool, prepared)
+
+    def _run_mcp_new(
+        self,
+        call_id: str,
+        input_hash: str,
+        request: ToolRequest,
+        listener: CallListener,
+        approval: tuple[Code, str] | None,
+    ) -> CommandResult:
+        """A new attempt of a business tool: resolve it, build its key, record, send."""
+        assert self._registry is not None
+        base = LedgerEntry(
+            call_id=call_id,
+            run_id=request.run_id,
+            step_id=request.step_id,
+            tool_name=request.tool,
+            input_hash=input_hash,
+            status=CallStatus.PLANNED,
+            idempotency=Idempotency.NON_IDEMPOTENT,
+            replay_policy=ReplayPolicy.NEVER,
+            command=_mcp_summary(request),
+            created_at=time.time(),
+        )
+        try:
+            if not self._accepting:
+                raise Unavailable("the daemon is shutting down; retry once it is back")
+            tool = self._registry.resolve(request.tool)
+            key = self._registry.key_for(
+                tool, user=request.user or self._config.user, run_id=request.run_id,
+                step_id=request.step_id, arguments=request.arguments,
+            )  # fmt: skip
+            # 0: the server's own deadline.
+            timeout = self._timeout(request.timeout_seconds) if request.timeout_seconds else 0.0
+        except ShellwardError as exc:
+            return self._fail_before_start(base, exc.code, exc.message)
+        verdict = Verdict(
+            tool.verdict.idempotency,
+            tool.verdict.replay_policy,
+            f"{tool.qualified_name}: {tool.verdict.reason}",
+            needs_approval=tool.verdict.needs_approval,
+        )
+        entry = replace(
+            base,
+            tool_name=tool.qualified_name,
+            idempotency=verdict.idempotency,
+            replay_policy=verdict.replay_policy,
+            verdict=verdict,
+            idempotency_key=key or "",
+            network_granted=True,
+            timeout_seconds=timeout,
+            input_json=requests.tool_to_json(request),
+        )
+        if approval is None and verdict.needs_approval:
+            approval = (
+                Code.NEEDS_APPROVAL,
+                f"{tool.qualified_name} needs a human's approval before it runs; nothing was "
+                f"sent. Ask the user to approve call {call_id} (shellward approve {call_id}), "
+                "then wait for it with WaitCall.",
+            )
+        if not self._record(entry, verdict, approval, listener):
+            return result_from_entry(self._ledger.get(call_id) or entry)
+        return self._execute_mcp(entry, tool, request.arguments, key)
+
+    def _execute_mcp(
+        self,
+        entry: LedgerEntry,
+        tool: RegisteredTool,
+        arguments: Mapping[str, Any],
+        key: str | None,
+    ) -> CommandResult:
+        registry = self._registry
+        assert registry is not None
+
+        def work(started: LedgerEntry, cancel: threading.Event) -> LedgerEntry:
+            outcome = registry.call(
+                tool.qualified_name, arguments, key=key, timeout=entry.timeout_seconds or None
+            )
+            return mcp_finished_entry(started, tool, outcome, key, time.time())
+
+        return self._started(entry, False, work, watch=False)
 
     def _execute_tool(
         self, entry: LedgerEntry, tool: BuiltinTool, prepared: Prepared
@@ -532,26 +636,32 @@ class Runtime:
         entry: LedgerEntry,
         writes: bool,
         work: Callable[[LedgerEntry, threading.Event], LedgerEntry],
+        *,
+        watch: bool = True,
     ) -> CommandResult:
-        """Watch the workspace, record ``started`` (durable), do the work, record the end."""
-        monitor = self._monitors.get(Path(entry.workspace))
-        if monitor is None:
-            return self._fail_planned(
-                entry, Code.PERMISSION_DENIED,
-                f"{entry.workspace} is no longer one of the daemon's workspaces; nothing ran.",
-            )  # fmt: skip
-        # Calls that may write run alone in their workspace: inotify cannot tell two
-        # writers apart. Read-only calls share it.
-        try:
-            watch = monitor.begin_call(exclusive=writes, timeout=entry.timeout_seconds)
-        except TimeoutError:
-            progress = monitor.progress()
-            return self._fail_planned(
-                entry, Code.UNAVAILABLE,
-                f"The workspace was busy (indexing: {progress.files_done:,} / "
-                f"{progress.files_total:,} files, or another writing call) for the whole "
-                f"timeout of {entry.timeout_seconds:g}s; nothing ran. Retry in a moment.",
-            )  # fmt: skip
+        """Watch the workspace, record ``started`` (durable), do the work, record the end.
+
+        ``watch=False`` for work outside any workspace (a business tool's service)."""
+        monitor, watched = None, None
+        if watch:
+            monitor = self._monitors.get(Path(entry.workspace))
+            if monitor is None:
+                return self._fail_planned(
+                    entry, Code.PERMISSION_DENIED,
+                    f"{entry.workspace} is no longer one of the daemon's workspaces; nothing ran.",
+                )  # fmt: skip
+            # Calls that may write run alone in their workspace: inotify cannot tell two
+            # writers apart. Read-only calls share it.
+            try:
+                watched = monitor.begin_call(exclusive=writes, timeout=entry.timeout_seconds)
+            except TimeoutError:
+                progress = monitor.progress()
+                return self._fail_planned(
+                    entry, Code.UNAVAILABLE,
+                    f"The workspace was busy (indexing: {progress.files_done:,} / "
+                    f"{progress.files_total:,} files, or another writing call) for the whole "
+                    f"timeout of {entry.timeout_seconds:g}s; nothing ran. Retry in a moment.",
+                )  # fmt: skip
         cancel = threading.Event()
         with self._lock:
             self._running[entry.call_id] = cancel
@@ -560,10 +670,12 @@ class Runtime:
             self._ledger.mark_started(entry.call_id, started_at)
             started = replace(entry, status=CallStatus.STARTED, started_at=started_at)
             try:
-                ended = work(started, cancel)
+                final = work(started, cancel)
             finally:
-                effects = monitor.finish_call(watch)
-            final = reconcile(ended, effects)
+                # Always close the watch window, or the workspace stays locked.
+                effects = monitor.finish_call(watched) if monitor and watched else None
+            if effects is not None:
+                final = reconcile(final, effects)
             self._ledger.finish(final)
         finally:
             with self._changed:
@@ -649,6 +761,9 @@ class Runtime:
 
     def _execute_approved_tool(self, entry: LedgerEntry) -> None:
         request = requests.tool_from_json(entry.input_json)
+        if request.tool not in BUILTIN_TOOLS:
+            self._execute_approved_mcp(entry, request)
+            return
         tool = BUILTIN_TOOLS[request.tool]
         arguments = dict(request.arguments)
         if entry.code is Code.CONFLICT:
@@ -661,6 +776,16 @@ class Runtime:
             self._fail_planned(entry, exc.code, exc.message)
             return
         self._execute_tool(entry, tool, prepared)
+
+    def _execute_approved_mcp(self, entry: LedgerEntry, request: ToolRequest) -> None:
+        try:
+            if self._registry is None:
+                raise NotFound("the daemon no longer has MCP servers configured")
+            tool = self._registry.resolve(request.tool)
+        except ShellwardError as exc:
+            self._fail_planned(entry, exc.code, exc.message)
+            return
+        self._execute_mcp(entry, tool, request.arguments, entry.idempotency_key or None)
 
     def expire_approvals(self) -> list[str]:
         """Pending calls older than the approval timeout are denied (nothing ran)."""
@@ -742,3 +867,9 @@ class Runtime:
             return self._classify(command, cwd, workspace)
         except ValueError as exc:
             raise InvalidArgument(str(exc)) from exc
+
+
+def _mcp_summary(request: ToolRequest) -> str:
+    """A one-line description of a business tool call for the ledger's command column."""
+    arguments = json.dumps(request.arguments, ensure_ascii=False, sort_keys=True)
+    return f"{request.tool} {arguments[:200]}"

@@ -33,7 +33,7 @@ def _entry(status: CallStatus, policy: ReplayPolicy, *, started: bool = True) ->
     return LedgerEntry(
         call_id="c1", run_id="r", step_id="s", tool_name="run_command", input_hash="h",
         status=status, idempotency=POLICIES[policy], replay_policy=policy,
-        created_at=NOW - 60, started_at=NOW - 59 if started else None,
+        created_at=NOW - 60, started_at=NOW - 59 if started else None, workspace="/w",
     )  # fmt: skip
 
 
@@ -147,6 +147,12 @@ def test_unobserved_effects_are_a_conflict(tmp_path: Path) -> None:
 def test_git_writes_cannot_be_checked(tmp_path: Path) -> None:
     entry = _with_effects(FileEffect(".git/", EffectKind.MODIFIED))
     assert check_effects(entry, tmp_path, content_hash).state is EffectsState.CONFLICT
+
+
+def test_effects_outside_a_workspace_cannot_be_checked(tmp_path: Path) -> None:
+    business = replace(_with_effects(), workspace="")
+    check = check_effects(business, tmp_path, content_hash)
+    assert check.state is EffectsState.CONFLICT and "outside the workspace" in check.conflicts[0]
 
 
 def test_no_recorded_effects_runs_again(tmp_path: Path) -> None:
