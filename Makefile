@@ -27,10 +27,13 @@ bench: install
 	$(PY) bench/classify.py
 	$(PY) bench/detect.py --sizes 1000,10000
 
-## lint: ruff and mypy
+## lint: ruff and mypy (mypy sees client/ and daemon/ under their import names)
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	mkdir -p build/mypy
+	ln -sfn ../../client build/mypy/shellward
+	ln -sfn ../../daemon build/mypy/shellwardd
 	$(VENV)/bin/mypy
 
 install: system-deps $(STAMP)

@@ -65,21 +65,31 @@ def main() -> None:
     bare = _time_each(commands, _bare_parse, args.rounds)
     short = [t for t, c in zip(clf, commands, strict=True) if len(c) < 200]
     ms = 1000.0
-    print(f"corpus: {len(commands)} commands ({len(short)} under 200 chars), best of "
-          f"{args.rounds} rounds")
-    print(f"classify  all:     median {statistics.median(clf) * ms:.3f} ms   "
-          f"p99 {_p(clf, 0.99) * ms:.3f} ms")
+    print(
+        f"corpus: {len(commands)} commands ({len(short)} under 200 chars), best of "
+        f"{args.rounds} rounds"
+    )
+    print(
+        f"classify  all:     median {statistics.median(clf) * ms:.3f} ms   "
+        f"p99 {_p(clf, 0.99) * ms:.3f} ms"
+    )
     median_short = statistics.median(short) * ms
-    print(f"classify  <200ch:  median {median_short:.3f} ms   p99 {_p(short, 0.99) * ms:.3f} ms"
-          f"   (target median <= {MEDIAN_TARGET_MS} ms: "
-          f"{'met' if median_short <= MEDIAN_TARGET_MS else 'NOT met'})")
-    print(f"bare parse all:    median {statistics.median(bare) * ms:.3f} ms   "
-          f"p99 {_p(bare, 0.99) * ms:.3f} ms")
+    print(
+        f"classify  <200ch:  median {median_short:.3f} ms   p99 {_p(short, 0.99) * ms:.3f} ms"
+        f"   (target median <= {MEDIAN_TARGET_MS} ms: "
+        f"{'met' if median_short <= MEDIAN_TARGET_MS else 'NOT met'})"
+    )
+    print(
+        f"bare parse all:    median {statistics.median(bare) * ms:.3f} ms   "
+        f"p99 {_p(bare, 0.99) * ms:.3f} ms"
+    )
     ratio = sum(clf) / sum(bare)
     ratios = [c / b for c, b in zip(clf, bare, strict=True) if b > 0]
-    print(f"classify / bare parse: total {ratio:.2f}x   median per command "
-          f"{statistics.median(ratios):.2f}x   (target <= {RATIO_TARGET}x: "
-          f"{'met' if ratio <= RATIO_TARGET else 'NOT met'})")
+    print(
+        f"classify / bare parse: total {ratio:.2f}x   median per command "
+        f"{statistics.median(ratios):.2f}x   (target <= {RATIO_TARGET}x: "
+        f"{'met' if ratio <= RATIO_TARGET else 'NOT met'})"
+    )
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from shellward import Client  # noqa: E402
 from shellward.types import CallStatus, Idempotency, LedgerEntry, ReplayPolicy  # noqa: E402
 from shellwardd.classifier import Classifier, load_rules  # noqa: E402
 from shellwardd.config import Limits  # noqa: E402

@@ -17,22 +17,29 @@ from shellward import types as t
 from shellward.v1 import shellward_pb2 as pb
 
 # Enum tables: one place maps each domain enum to its wire enum and back.
-_IDEMPOTENCY = {
+_IDEMPOTENCY: dict[t.Idempotency, Any] = {
     t.Idempotency.IDEMPOTENT: pb.IDEMPOTENCY_IDEMPOTENT,
     t.Idempotency.CONDITIONAL: pb.IDEMPOTENCY_CONDITIONAL,
     t.Idempotency.NON_IDEMPOTENT: pb.IDEMPOTENCY_NON_IDEMPOTENT,
 }
-_REPLAY_POLICY = {
+_REPLAY_POLICY: dict[t.ReplayPolicy, Any] = {
     t.ReplayPolicy.AUTO: pb.REPLAY_POLICY_AUTO,
     t.ReplayPolicy.ASK: pb.REPLAY_POLICY_ASK,
     t.ReplayPolicy.NEVER: pb.REPLAY_POLICY_NEVER,
 }
-_STATUS = {status: pb.CallStatus.Value(f"CALL_STATUS_{status.name}") for status in t.CallStatus}
-_ARGUMENT_KIND = {
+_STATUS: dict[t.CallStatus, Any] = {
+    status: pb.CallStatus.Value(f"CALL_STATUS_{status.name}") for status in t.CallStatus
+}
+_ARGUMENT_KIND: dict[t.ArgumentKind, Any] = {
     kind: pb.ArgumentKind.Value(f"ARGUMENT_KIND_{kind.name}") for kind in t.ArgumentKind
 }
-_EFFECT_KIND = {kind: pb.EffectKind.Value(f"EFFECT_KIND_{kind.name}") for kind in t.EffectKind}
-_STREAM = {t.Stream.STDOUT: pb.STREAM_STDOUT, t.Stream.STDERR: pb.STREAM_STDERR}
+_EFFECT_KIND: dict[t.EffectKind, Any] = {
+    kind: pb.EffectKind.Value(f"EFFECT_KIND_{kind.name}") for kind in t.EffectKind
+}
+_STREAM: dict[t.Stream, Any] = {
+    t.Stream.STDOUT: pb.STREAM_STDOUT,
+    t.Stream.STDERR: pb.STREAM_STDERR,
+}
 
 
 def _inverse(table: dict) -> dict:  # type: ignore[type-arg]

@@ -271,6 +271,11 @@ def _limit(values: dict[str, object], key: str, default: int) -> int:
     return int(value)  # type: ignore[call-overload]
 
 
+def _strings(value: object) -> list[str]:
+    """A repeatable option's values (a list from flags or the environment, or nothing)."""
+    return [str(item) for item in value] if isinstance(value, list) else []
+
+
 def _existing_file(value: object, flag: str) -> Path | None:
     if not value:
         return None
@@ -282,7 +287,7 @@ def _existing_file(value: object, flag: str) -> Path | None:
 
 def _validate(values: dict[str, object]) -> Config:
     workspaces = []
-    for raw in values.get("workspace") or [os.getcwd()]:  # type: ignore[attr-defined]
+    for raw in _strings(values.get("workspace")) or [os.getcwd()]:
         path = Path(raw).expanduser()
         if not path.is_dir():
             raise ConfigError(
@@ -334,9 +339,9 @@ def _validate(values: dict[str, object]) -> Config:
         ),
         user_rules=Path(str(user_rules)).expanduser() if user_rules else None,
         trusted_repos=tuple(
-            Path(p).expanduser().resolve() for p in values.get("trusted_repo") or ()
-        ),  # type: ignore[attr-defined]
-        ignore_globs=tuple(values.get("ignore") or ()),  # type: ignore[arg-type]
+            Path(p).expanduser().resolve() for p in _strings(values.get("trusted_repo"))
+        ),
+        ignore_globs=tuple(_strings(values.get("ignore"))),
         tools_config=_existing_file(values.get("tools_config"), "--tools-config"),
         user=str(values.get("user") or getpass.getuser()),
         retention_seconds=_positive(values, "retention", 7 * 24 * 3600.0),

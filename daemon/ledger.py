@@ -8,6 +8,7 @@ writes are few and small, and a single writer keeps ordering simple.
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import json
 import sqlite3
@@ -203,7 +204,7 @@ class Ledger:
                 (call_id, now, new.value, detail),
             )
 
-    def expire_pending(self, created_before: float, content: str) -> list[str]:
+    def expire_pending(self, created_before: float, content: str) -> builtins.list[str]:
         """Deny every call still waiting for approval that was created before the cutoff."""
         now = time.time()
         with self._transaction() as db:
@@ -226,7 +227,7 @@ class Ledger:
                 )
         return expired
 
-    def recover_interrupted(self, note: str) -> list[str]:
+    def recover_interrupted(self, note: str) -> builtins.list[str]:
         """At start-up: calls a previous daemon left running become ``uncertain``.
 
         Planned or approved calls never started, so nothing ran: they become ``failed``.
@@ -304,7 +305,7 @@ class Ledger:
 
     def list(
         self, *, run_id: str = "", status: CallStatus | None = None, limit: int = 50
-    ) -> list[LedgerEntry]:
+    ) -> builtins.list[LedgerEntry]:
         """Newest first, optionally only one run's calls or one status."""
         conditions, params = [], []
         if run_id:
@@ -321,7 +322,7 @@ class Ledger:
             rows = self._db.execute(query, (*params, limit)).fetchall()
         return [_entry_from_row(row) for row in rows]
 
-    def transitions(self, call_id: str) -> list[Transition]:
+    def transitions(self, call_id: str) -> builtins.list[Transition]:
         with self._lock:
             rows = self._db.execute(
                 "SELECT at, status, detail FROM transitions WHERE call_id = ? ORDER BY at, rowid",

@@ -30,7 +30,7 @@ from shellwardd.watch.hashing import bytes_hash
 def finished_entry(entry: LedgerEntry, outcome: ProcessOutcome, now: float) -> LedgerEntry:
     """The final ledger entry for a call that was started: status, code and sentence."""
     known_idempotent = entry.idempotency is Idempotency.IDEMPOTENT
-    common = {
+    common: dict[str, Any] = {
         "finished_at": now,
         "stdout": outcome.stdout,
         "stderr": outcome.stderr,

@@ -238,11 +238,11 @@ class Sandbox:
         if status_read is not None:
             started, inner_exit = _read_status(status_read, exit_code)
         stderr = captures[Stream.STDERR].result()
-        if timed_out or cancelled:
-            inner_exit = None
+        # A killed command has no exit status of its own.
+        final_exit = None if timed_out or cancelled or not started else inner_exit
         return ProcessOutcome(
             started=started,
-            exit_code=inner_exit if started else None,
+            exit_code=final_exit,
             timed_out=timed_out,
             cancelled=cancelled,
             stdout=captures[Stream.STDOUT].result(),

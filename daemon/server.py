@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import grpc
 from google.protobuf.json_format import MessageToDict
@@ -223,7 +223,7 @@ def _stream(
         if isinstance(event, OutputChunk):
             yield pb.RunCommandEvent(output=_wire.chunk_to_wire(event))
         else:
-            call_id, verdict = event  # type: ignore[misc]
+            call_id, verdict = cast(tuple[str, Verdict], event)
             yield pb.RunCommandEvent(
                 accepted=pb.CallAccepted(call_id=call_id, verdict=_wire.verdict_to_wire(verdict))
             )

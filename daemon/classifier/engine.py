@@ -366,7 +366,8 @@ class Analyzer:
         if rules is None:
             return None
         every = list(range(1, len(texts)))
-        rule, sub = rules.base, ()
+        rule = rules.base
+        sub: tuple[int, ...] = ()
         if rules.subs:
             tokens = tokenize(texts, every, rules.base)
             candidates = tuple(texts[i] for i in tokens.positionals[: rules.longest_sub])
