@@ -28,6 +28,7 @@ from shellward.types import (
     LedgerEntry,
     RecoveryItem,
     ReplayPolicy,
+    ToolInfo,
     Verdict,
     WorkspaceStatus,
 )
@@ -297,6 +298,43 @@ def answer_text(entry: LedgerEntry, style: Style) -> str:
         else "nothing ran"
     )
     return f"call {entry.call_id} {status_label(entry.status, style)}: {what}"
+
+
+# --- tools ------------------------------------------------------------------------------
+
+TOOLS_HEADERS = ("TOOL", "SERVER", "TRUST", "VERDICT", "SOURCE", "APPROVAL", "CHANGED", "REASON")
+_TRUST_COLOUR = {"builtin": "dim", "trusted": "green", "untrusted": "yellow"}
+
+
+def tools_table(tools: Sequence[ToolInfo], style: Style) -> str:
+    """One row per tool; CHANGED marks a tool whose description is not the one first seen."""
+    rows = [
+        [
+            Cell(tool.name, "cyan"),
+            Cell(tool.server),
+            Cell(tool.trust, _TRUST_COLOUR.get(tool.trust, "")),
+            Cell(
+                f"{tool.idempotency.value}/{tool.replay_policy.value}",
+                _IDEMPOTENCY_COLOUR[tool.idempotency],
+            ),
+            Cell(tool.source),
+            Cell("first run", "yellow") if tool.needs_approval else Cell("-"),
+            Cell("CHANGED", "red") if tool.changed else Cell("-"),
+            Cell(one_line(tool.reason)),
+        ]
+        for tool in tools
+    ]
+    return table(TOOLS_HEADERS, rows, style)
+
+
+def tool_jsonable(tool: ToolInfo) -> dict[str, object]:
+    """Every field of the tool, its input schema parsed (``input_schema``)."""
+    parts = {
+        f.name: to_jsonable(getattr(tool, f.name))
+        for f in dataclasses.fields(tool)
+        if f.name != "input_schema_json"
+    }
+    return {**parts, "input_schema": json.loads(tool.input_schema_json or "{}")}
 
 
 # --- show -------------------------------------------------------------------------------

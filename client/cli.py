@@ -1,5 +1,5 @@
-"""``shellward``: run commands through the daemon, read its ledger, replay and recover calls,
-answer approvals, classify, check and reload rules.
+"""``shellward``: run commands and call tools through the daemon, read its ledger, replay and
+recover calls, answer approvals, list tools, classify, check and reload rules.
 
 Each sub-command is one small function: parse → one client call → render (``_render``).
 Every ``ShellwardError`` ends as ``shellward: <message>`` on stderr, never a traceback.
@@ -8,12 +8,14 @@ Every ``ShellwardError`` ends as ``shellward: <message>`` on stderr, never a tra
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import Any
 
 from shellward import _render
 from shellward._client import Client, StreamEvent
@@ -39,6 +41,7 @@ EXIT_INTERRUPTED = 130  # Ctrl-C
 EXIT_BROKEN_PIPE = 141  # stdout closed early (`shellward ledger | head`)
 
 REPO_RULES = Path(".shellward") / "rules.toml"
+READ_FILE = "read_file"  # `call`: the tool whose answer is raw bytes
 _PREFIX_SEARCH_LIMIT = 1000
 
 Handler = Callable[[argparse.Namespace], int]
@@ -129,8 +132,10 @@ def _consume(events: Iterator[StreamEvent], *, live: bool) -> tuple[CommandResul
     raise ProtocolError("the daemon closed the stream without a final result")
 
 
-def _result_json(result: CommandResult) -> str:
-    return _render.to_json({"call_id": result.call_id, **result.to_dict()})
+def _result_json(result: CommandResult, *, tool: bool = False) -> str:
+    """``tool``: also the tool's structured ``output`` and the ``idempotency_key`` sent."""
+    extra = {"output": result.output, "idempotency_key": result.idempotency_key} if tool else {}
+    return _render.to_json({"call_id": result.call_id, **result.to_dict(), **extra})
 
 
 def _write_chunk(chunk: OutputChunk) -> None:
@@ -533,6 +538,140 @@ def cmd_status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# --- tools and call ---------------------------------------------------------------------
+
+TOOLS_EPILOG = """\
+Every tool the daemon offers: the built-in file tools and the tools of the MCP servers in
+its --tools-config. Columns: tool (call it by this name), server (`builtin` or the MCP
+server), trust, verdict (idempotency/replay policy), source of the verdict (builtin, pin,
+annotations, name, default), approval (`first run`: a human approves its first run),
+CHANGED (its description is no longer the one first seen: look at it again), reason.
+
+examples:
+  shellward tools
+  shellward tools --json | jq '.[] | select(.replay_policy == "never") | .name'
+"""
+
+
+def cmd_tools(args: argparse.Namespace) -> int:
+    with _connect(args) as client:
+        tools = client.list_tools()
+    if args.json:
+        print(_render.to_json([_render.tool_jsonable(tool) for tool in tools]))
+    else:
+        print(_render.tools_table(tools, Style.for_stream(sys.stdout)))
+    return EXIT_OK
+
+
+CALL_EPILOG = """\
+Arguments: each `--arg KEY=VALUE` sets one; VALUE is taken as JSON when it parses as JSON
+(`max_bytes=100` is a number, `force=true` a boolean, `ids=[1,2]` a list), else as a string
+(`path=src/a.py`); write a JSON string to keep a number a string (`--arg 'id="42"'`).
+`--args JSON` gives a JSON object of arguments; --arg wins over it. --cwd (default: the
+current directory) names the workspace the call is made in; file tools take paths relative
+to that workspace's root (or absolute inside it), wherever in it you are.
+
+Output: read_file's bytes, unchanged, to stdout; any other tool's structured answer as
+indented JSON to stdout. Then to stderr: the summary line (as `shellward run`), the daemon's
+sentence, and the idempotency key shellward sent with a business tool call, if any.
+With --run-id and --step-id a second call of the same step is answered from the ledger
+(replayed, checked or refused), not run twice.
+
+exit status:
+  0     it ran and succeeded, or its changes were already applied (ALREADY_APPLIED)
+  124   it was sent and timed out, or its outcome is unknown (SIDE_EFFECT_UNCERTAIN)
+  125   nothing ran: refused, needs approval, conflict, permission denied, unavailable
+  2     the daemon refused the arguments (INVALID_ARGUMENT), or a bad command line
+  1     the tool failed, no such tool or file, or shellward itself failed
+
+examples:
+  shellward call read_file --arg path=src/a.py --arg max_bytes=100
+  shellward call list_files --arg pattern='*.py'
+  shellward call write_file --args '{"path": "notes.txt", "content": "hi\\n"}' \\
+      --run-id r1 --step-id s1
+  shellward call biz.get_order_status --arg order_id=o-1 --json | jq .output
+"""
+
+_CALL_ERRORS = frozenset({Code.COMMAND_FAILED, Code.NOT_FOUND, Code.INTERNAL})
+
+
+def cmd_call(args: argparse.Namespace) -> int:
+    if bool(args.run_id) != bool(args.step_id):
+        raise UsageError("--run-id and --step-id go together: give both, or neither")
+    arguments = {**_json_object(args.args), **dict(args.arg or ())}
+    with _connect(args) as client:
+        earlier = _step_call_id(client, args.run_id, args.step_id)
+        result = client.call_tool(
+            args.tool,
+            arguments,
+            cwd=_absolute_cwd(args.cwd),
+            run_id=args.run_id or "",
+            step_id=args.step_id or "",
+            timeout=args.timeout,
+            user=args.user or "",
+        )
+    # A call answered from the ledger (replayed, refused) names the step's earlier call.
+    accepted = result.call_id != earlier
+    if args.json:
+        print(_result_json(result, tool=True))
+    else:
+        if args.tool == READ_FILE:
+            _write_chunk(OutputChunk(Stream.STDOUT, result.stdout.data))
+        elif result.output is not None:
+            print(_render.to_json(result.output), flush=True)
+        _print_run_summary(result, accepted=accepted, content=True)
+        if result.idempotency_key:
+            _error(f"idempotency key: {result.idempotency_key}")
+    return call_exit_code(result, accepted=accepted)
+
+
+def call_exit_code(result: CommandResult, *, accepted: bool) -> int:
+    """0 ok (also ALREADY_APPLIED); 124 a new call that timed out or whose outcome is
+    unknown; 2 invalid arguments; 1 the tool failed or is unknown; else 125, nothing ran."""
+    if result.ok:
+        return EXIT_OK
+    if result.code is Code.INVALID_ARGUMENT:
+        return EXIT_USAGE
+    if result.code in _CALL_ERRORS:
+        return EXIT_ERROR
+    if accepted and result.code in (Code.TIMEOUT, Code.SIDE_EFFECT_UNCERTAIN):
+        return EXIT_TIMEOUT
+    return EXIT_NOT_RUN
+
+
+def _step_call_id(client: Client, run_id: str | None, step_id: str | None) -> str:
+    """The id of the step's newest call so far ("" without a step, or for a new one)."""
+    if not run_id or not step_id:
+        return ""
+    try:
+        return client.get_call(run_id=run_id, step_id=step_id).call_id
+    except NotFound:
+        return ""
+
+
+def _json_object(text: str | None) -> dict[str, Any]:
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(
+            f'--args is not valid JSON ({exc}); give an object: \'{{"path": "a"}}\''
+        ) from None
+    if not isinstance(value, dict):
+        raise UsageError(f"--args must be a JSON object, got {type(value).__name__}: {text!r}")
+    return value
+
+
+def _tool_argument(text: str) -> tuple[str, Any]:
+    """KEY=VALUE, the value as JSON when it parses as JSON, else as a string."""
+    key, value = _env_pair(text)
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
+
+
 # --- shared helpers ---------------------------------------------------------------------
 
 
@@ -589,6 +728,8 @@ MAIN_EPILOG = """\
 examples:
   shellward status
   shellward run -- pytest -q
+  shellward tools
+  shellward call read_file --arg path=README.md
   shellward ledger --run r1
   shellward show 3f2a9c1e
   shellward replay --run-id r1 --step-id s3
@@ -625,6 +766,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_classify(commands)
     _add_rules(commands)
     _add_status(commands)
+    _add_tools(commands)
+    _add_call(commands)
     return parser
 
 
@@ -839,6 +982,61 @@ def _rules_without_action(args: argparse.Namespace) -> int:
 def _add_status(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     status = _subparser(commands, "status", cmd_status, "Show the daemon's state.", STATUS_EPILOG)
     status.add_argument("--json", action="store_true", help="the status as JSON")
+
+
+def _add_tools(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    tools = _subparser(
+        commands, "tools", cmd_tools, "List the tools the daemon offers, classified.", TOOLS_EPILOG
+    )
+    tools.add_argument(
+        "--json", action="store_true", help="a JSON array of every field of every tool"
+    )
+
+
+def _add_call(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    call = _subparser(
+        commands,
+        "call",
+        cmd_call,
+        "Call a tool (a file tool, an MCP server's tool) through the ledger.",
+        CALL_EPILOG,
+    )
+    call.add_argument("tool", metavar="TOOL", help="the tool's name, as `shellward tools` shows")
+    call.add_argument(
+        "--arg",
+        metavar="KEY=VALUE",
+        type=_tool_argument,
+        action="append",
+        help="one argument; VALUE is JSON if it parses as JSON, else a string; repeatable",
+    )
+    call.add_argument("--args", metavar="JSON", help="a JSON object of arguments (--arg wins)")
+    call.add_argument(
+        "--cwd",
+        metavar="DIR",
+        help="call from here: its workspace is the one file paths are relative to "
+        "(default: the current directory)",
+    )
+    call.add_argument(
+        "--run-id",
+        metavar="R",
+        help="agent run id; with --step-id names the call, so that a retry of the same "
+        "pair is answered from the ledger (replayed, checked or refused), not run twice",
+    )
+    call.add_argument("--step-id", metavar="S", help="step id within the run (with --run-id)")
+    call.add_argument(
+        "--timeout",
+        metavar="SECONDS",
+        type=_positive(float),
+        help="the call's deadline (default: the server's, or the daemon's)",
+    )
+    call.add_argument(
+        "--user", metavar="U", help="the user the call is made for (default: the daemon's)"
+    )
+    call.add_argument(
+        "--json",
+        action="store_true",
+        help="print only the structured result, with `output` and `idempotency_key`, as JSON",
+    )
 
 
 # --- entry point ------------------------------------------------------------------------
