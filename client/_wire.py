@@ -327,18 +327,18 @@ def tool_result_to_wire(result: t.CommandResult) -> pb.ToolResult:
         data=result.stdout.data,
         file_effects=[effect_to_wire(e) for e in result.file_effects],
         idempotency_key=result.idempotency_key,
+        output_json=result.output_json,
     )
 
 
 def tool_result_from_wire(message: pb.ToolResult) -> t.CommandResult:
-    output = MessageToDict(message.output) if message.HasField("output") else None
     return t.CommandResult(
         ok=message.ok,
         code=code_from_wire(message.code),
         content=message.content,
         stdout=t.CapturedOutput(message.data, len(message.data)),
         file_effects=tuple(effect_from_wire(e) for e in message.file_effects),
-        output_json=json.dumps(output) if output else "",
+        output_json=message.output_json,
         idempotency_key=message.idempotency_key,
         **_metadata_from_wire(message.metadata),
     )

@@ -151,7 +151,11 @@ def refusal(
     identity: tuple[str, str],
     previous: LedgerEntry | None = None,
 ) -> CommandResult:
-    """An answer that runs nothing; it names the call it is about, without its output."""
+    """An answer that runs nothing; it names the call it is about, without its output.
+
+    Without ``previous`` the call named is one being started right now (IN_PROGRESS) or
+    one this request never got to record."""
+    unrecorded = CallStatus.STARTED if decision.code is Code.IN_PROGRESS else CallStatus.FAILED
     return CommandResult(
         ok=False,
         code=decision.code,
@@ -160,7 +164,7 @@ def refusal(
         retryable=decision.retryable,
         idempotency=previous.idempotency if previous else Idempotency.NON_IDEMPOTENT,
         replay_policy=previous.replay_policy if previous else ReplayPolicy.NEVER,
-        status=previous.status if previous else CallStatus.FAILED,
+        status=previous.status if previous else unrecorded,
         verdict=previous.verdict if previous else None,
         run_id=identity[0],
         step_id=identity[1],
@@ -197,13 +201,13 @@ def mcp_finished_entry(
     """The final entry of a business tool call, from what its server answered (or not)."""
     name = tool.name
     answer = outcome.content.encode("utf-8")
-    common: dict[str, Any] = {
-        "finished_at": now,
-        "stdout": CapturedOutput(answer, len(answer), False, bytes_hash(answer)),
-        "output_json": json.dumps(
-            outcome.structured if outcome.structured is not None else {"content": outcome.content}
-        ),
-    }
+    common: dict[str, Any] = {"finished_at": now}
+    if outcome.kind in (OutcomeKind.OK, OutcomeKind.ERROR):  # the server answered
+        structured = outcome.structured
+        common["stdout"] = CapturedOutput(answer, len(answer), False, bytes_hash(answer))
+        common["output_json"] = json.dumps(
+            structured if structured is not None else {"content": outcome.content}
+        )
     if outcome.kind is OutcomeKind.OK:
         return replace(
             entry, status=CallStatus.SUCCEEDED, code=Code.OK, **common,

@@ -545,7 +545,7 @@ class CallToolRequest(_message.Message):
     def __init__(self, tool: _Optional[str] = ..., arguments: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., run_id: _Optional[str] = ..., step_id: _Optional[str] = ..., cwd: _Optional[str] = ..., timeout_seconds: _Optional[float] = ..., user: _Optional[str] = ...) -> None: ...
 
 class ToolResult(_message.Message):
-    __slots__ = ("ok", "code", "content", "metadata", "output", "data", "file_effects", "idempotency_key")
+    __slots__ = ("ok", "code", "content", "metadata", "output", "data", "file_effects", "idempotency_key", "output_json")
     OK_FIELD_NUMBER: _ClassVar[int]
     CODE_FIELD_NUMBER: _ClassVar[int]
     CONTENT_FIELD_NUMBER: _ClassVar[int]
@@ -554,6 +554,7 @@ class ToolResult(_message.Message):
     DATA_FIELD_NUMBER: _ClassVar[int]
     FILE_EFFECTS_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_JSON_FIELD_NUMBER: _ClassVar[int]
     ok: bool
     code: str
     content: str
@@ -562,7 +563,8 @@ class ToolResult(_message.Message):
     data: bytes
     file_effects: _containers.RepeatedCompositeFieldContainer[FileEffect]
     idempotency_key: str
-    def __init__(self, ok: _Optional[bool] = ..., code: _Optional[str] = ..., content: _Optional[str] = ..., metadata: _Optional[_Union[ResultMetadata, _Mapping]] = ..., output: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., data: _Optional[bytes] = ..., file_effects: _Optional[_Iterable[_Union[FileEffect, _Mapping]]] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+    output_json: str
+    def __init__(self, ok: _Optional[bool] = ..., code: _Optional[str] = ..., content: _Optional[str] = ..., metadata: _Optional[_Union[ResultMetadata, _Mapping]] = ..., output: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., data: _Optional[bytes] = ..., file_effects: _Optional[_Iterable[_Union[FileEffect, _Mapping]]] = ..., idempotency_key: _Optional[str] = ..., output_json: _Optional[str] = ...) -> None: ...
 
 class ListToolsRequest(_message.Message):
     __slots__ = ()
