@@ -257,3 +257,34 @@ def test_shutdown_kills_calls_after_the_grace_period(tmp_path: Path, workspace: 
 
 def _clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("SHELLWARD_")}
+
+
+def test_sighup_reloads_rules_and_keeps_the_last_good_ones(tmp_path: Path, workspace: Path) -> None:
+    user_rules = tmp_path / "rules.toml"
+    user_rules.write_text("")
+    daemon = start_daemon(
+        tmp_path / "h.sock", tmp_path / "state", workspace, "--user-rules", str(user_rules)
+    )
+    try:
+        with daemon.client() as client:
+            assert (
+                client.classify("frobnicate --list", cwd=workspace).replay_policy.value == "never"
+            )
+            user_rules.write_text(
+                '[[rule]]\nprogram = "frobnicate"\nidempotency = "idempotent"\nreplay = "auto"\n'
+                'reason = "only lists"\nmatch = ["frobnicate --list"]\n'
+            )
+            daemon.process.send_signal(signal.SIGHUP)
+            wait_for(
+                lambda: (
+                    client.classify("frobnicate --list", cwd=workspace).replay_policy.value
+                    == "auto"
+                )
+            )
+            user_rules.write_text("[[rule]]\nprogram = 7\n")
+            daemon.process.send_signal(signal.SIGHUP)
+            wait_for(lambda: "rule reload failed" in daemon.logs())
+            assert client.classify("frobnicate --list", cwd=workspace).replay_policy.value == "auto"
+            assert daemon.process.poll() is None
+    finally:
+        daemon.stop()
