@@ -806,16 +806,21 @@ def _subparser(
     return parser
 
 
-def _add_run(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    run = _subparser(commands, "run", cmd_run, "Run a command in the daemon's sandbox.", RUN_EPILOG)
-    run.add_argument("--cwd", metavar="DIR", help="working directory (default: the current one)")
-    run.add_argument(
+def _add_identity(parser: argparse.ArgumentParser) -> None:
+    """--run-id/--step-id: the call's identity, as the agent runtime gives it."""
+    parser.add_argument(
         "--run-id",
         metavar="R",
         help="agent run id; with --step-id names the call, so that a retry of the same "
         "pair is answered from the ledger (replayed, checked or refused), not run twice",
     )
-    run.add_argument("--step-id", metavar="S", help="step id within the run (with --run-id)")
+    parser.add_argument("--step-id", metavar="S", help="step id within the run (with --run-id)")
+
+
+def _add_run(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    run = _subparser(commands, "run", cmd_run, "Run a command in the daemon's sandbox.", RUN_EPILOG)
+    run.add_argument("--cwd", metavar="DIR", help="working directory (default: the current one)")
+    _add_identity(run)
     run.add_argument(
         "--timeout",
         metavar="SECONDS",
@@ -1016,13 +1021,7 @@ def _add_call(commands: argparse._SubParsersAction) -> None:  # type: ignore[typ
         help="call from here: its workspace is the one file paths are relative to "
         "(default: the current directory)",
     )
-    call.add_argument(
-        "--run-id",
-        metavar="R",
-        help="agent run id; with --step-id names the call, so that a retry of the same "
-        "pair is answered from the ledger (replayed, checked or refused), not run twice",
-    )
-    call.add_argument("--step-id", metavar="S", help="step id within the run (with --run-id)")
+    _add_identity(call)
     call.add_argument(
         "--timeout",
         metavar="SECONDS",

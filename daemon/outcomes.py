@@ -195,6 +195,11 @@ def conflict_content(call_id: str, previous: LedgerEntry, conflicts: tuple[str, 
     )
 
 
+def captured(data: bytes) -> CapturedOutput:
+    """A tool's whole answer as a call's output (tools' answers are not capped)."""
+    return CapturedOutput(data, len(data), False, bytes_hash(data))
+
+
 def mcp_finished_entry(
     entry: LedgerEntry, tool: RegisteredTool, outcome: ToolCallOutcome, key: str | None, now: float
 ) -> LedgerEntry:
@@ -204,7 +209,7 @@ def mcp_finished_entry(
     common: dict[str, Any] = {"finished_at": now}
     if outcome.kind in (OutcomeKind.OK, OutcomeKind.ERROR):  # the server answered
         structured = outcome.structured
-        common["stdout"] = CapturedOutput(answer, len(answer), False, bytes_hash(answer))
+        common["stdout"] = captured(answer)
         common["output_json"] = json.dumps(
             structured if structured is not None else {"content": outcome.content}
         )

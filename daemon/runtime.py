@@ -21,7 +21,6 @@ from typing import Any, Protocol
 
 from shellward.types import (
     CallStatus,
-    CapturedOutput,
     Code,
     CommandResult,
     Idempotency,
@@ -46,6 +45,7 @@ from shellwardd.errors import (
 from shellwardd.ledger import Ledger
 from shellwardd.outcomes import (
     already_applied,
+    captured,
     conflict_content,
     finished_entry,
     mcp_finished_entry,
@@ -67,7 +67,6 @@ from shellwardd.requests import TOOL_RUN_COMMAND, CommandRequest, ToolRequest
 from shellwardd.sandbox import Sandbox, SandboxSpec
 from shellwardd.tools.registry import RegisteredTool, ToolRegistry
 from shellwardd.watch import WorkspaceMonitor, content_hash
-from shellwardd.watch.hashing import bytes_hash
 from shellwardd.watch.paths import COOKIE_DIR
 
 log = logging.getLogger("shellwardd.runtime")
@@ -387,19 +386,8 @@ class Runtime:
     ) -> CommandResult:
         """A new attempt: validate, classify, record; then run, or wait for a human when
         ``approval`` (code, sentence) says so or the verdict needs a first-run approval."""
-        base = LedgerEntry(
-            call_id=call_id,
-            run_id=request.run_id,
-            step_id=request.step_id,
-            tool_name=TOOL_RUN_COMMAND,
-            input_hash=input_hash,
-            status=CallStatus.PLANNED,
-            idempotency=Idempotency.NON_IDEMPOTENT,
-            replay_policy=ReplayPolicy.NEVER,
-            command=requests.printable(request.command),
-            cwd=request.cwd,
-            created_at=time.time(),
-        )
+        base = _planned(call_id, input_hash, request, TOOL_RUN_COMMAND,
+                        requests.printable(request.command))  # fmt: skip
         try:
             if not self._accepting:
                 raise Unavailable("the daemon is shutting down; retry once it is back")
@@ -463,19 +451,11 @@ class Runtime:
         tool = BUILTIN_TOOLS.get(request.tool)
         if tool is None and self._registry is not None:
             return self._run_mcp_new(call_id, input_hash, request, listener, approval)
-        base = LedgerEntry(
-            call_id=call_id,
-            run_id=request.run_id,
-            step_id=request.step_id,
-            tool_name=request.tool,
-            input_hash=input_hash,
-            status=CallStatus.PLANNED,
-            idempotency=tool.verdict.idempotency if tool else Idempotency.NON_IDEMPOTENT,
-            replay_policy=tool.verdict.replay_policy if tool else ReplayPolicy.NEVER,
-            command=tool.summary(request.arguments) if tool else request.tool,
-            cwd=request.cwd,
-            created_at=time.time(),
-        )
+        base = _planned(
+            call_id, input_hash, request, request.tool,
+            tool.summary(request.arguments) if tool else request.tool,
+            tool.verdict if tool else None,
+        )  # fmt: skip
         try:
             if not self._accepting:
                 raise Unavailable("the daemon is shutting down; retry once it is back")
@@ -514,18 +494,7 @@ class Runtime:
     ) -> CommandResult:
         """A new attempt of a business tool: resolve it, build its key, record, send."""
         assert self._registry is not None
-        base = LedgerEntry(
-            call_id=call_id,
-            run_id=request.run_id,
-            step_id=request.step_id,
-            tool_name=request.tool,
-            input_hash=input_hash,
-            status=CallStatus.PLANNED,
-            idempotency=Idempotency.NON_IDEMPOTENT,
-            replay_policy=ReplayPolicy.NEVER,
-            command=_mcp_summary(request),
-            created_at=time.time(),
-        )
+        base = _planned(call_id, input_hash, request, request.tool, _mcp_summary(request))
         try:
             if not self._accepting:
                 raise Unavailable("the daemon is shutting down; retry once it is back")
@@ -598,9 +567,7 @@ class Runtime:
                 status=CallStatus.SUCCEEDED,
                 code=Code.OK,
                 content=answer.summary,
-                stdout=CapturedOutput(
-                    answer.data, len(answer.data), False, bytes_hash(answer.data)
-                ),
+                stdout=captured(answer.data),
                 output_json=json.dumps(answer.output, ensure_ascii=False),
                 finished_at=time.time(),
             )
@@ -867,6 +834,30 @@ class Runtime:
             return self._classify(command, cwd, workspace)
         except ValueError as exc:
             raise InvalidArgument(str(exc)) from exc
+
+
+def _planned(
+    call_id: str,
+    input_hash: str,
+    request: AnyRequest,
+    tool_name: str,
+    command: str,
+    verdict: Verdict | None = None,
+) -> LedgerEntry:
+    """A new attempt's entry before its checks: strictest verdict unless one is known."""
+    return LedgerEntry(
+        call_id=call_id,
+        run_id=request.run_id,
+        step_id=request.step_id,
+        tool_name=tool_name,
+        input_hash=input_hash,
+        status=CallStatus.PLANNED,
+        idempotency=verdict.idempotency if verdict else Idempotency.NON_IDEMPOTENT,
+        replay_policy=verdict.replay_policy if verdict else ReplayPolicy.NEVER,
+        command=command,
+        cwd=request.cwd,
+        created_at=time.time(),
+    )
 
 
 def _mcp_summary(request: ToolRequest) -> str:
