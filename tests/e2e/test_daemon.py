@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import stat
@@ -288,3 +289,17 @@ def test_sighup_reloads_rules_and_keeps_the_last_good_ones(tmp_path: Path, works
             assert daemon.process.poll() is None
     finally:
         daemon.stop()
+
+
+def test_refuses_to_start_on_a_broken_rule_file(tmp_path: Path, workspace: Path) -> None:
+    rules = tmp_path / "rules.toml"
+    rules.write_text(
+        '[[rule]]\nprogram = "frob"\nidempotency = "idempotent"\nreplay = "auto"\n'
+        'reason = "reads"\nmatch = ["frob"]\nnot_match = ["frob"]\n'
+    )
+    run = subprocess.run(
+        _daemon_cmd(tmp_path, workspace, "--user-rules", str(rules)),
+        capture_output=True, text=True, timeout=30, env=_clean_env(),
+    )  # fmt: skip
+    assert run.returncode == 4
+    assert re.search(rf"{re.escape(str(rules))}:\d+: example `frob` should not be", run.stderr)
