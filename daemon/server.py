@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import hmac
+import logging
 import os
 import queue
 import socket
@@ -33,6 +34,8 @@ from shellwardd.config import Config, Limits
 from shellwardd.errors import ShellwardError
 from shellwardd.requests import CommandRequest, ToolRequest
 from shellwardd.runtime import Runtime
+
+log = logging.getLogger("shellwardd.server")
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Shellward"].full_name
 MAX_WORKERS = 64
@@ -211,12 +214,21 @@ def _stream(
     closed = object()
     context.add_callback(lambda: events.put(closed))
     listener = _QueueListener(events)
-    worker = threading.Thread(target=lambda: events.put(action(listener)), name="call", daemon=True)
-    worker.start()
+
+    def work() -> None:
+        try:
+            events.put(action(listener))
+        except Exception as exc:  # a bug, not an outcome: the stream must still end
+            log.exception("stream action failed")
+            events.put(exc)
+
+    threading.Thread(target=work, name="call", daemon=True).start()
     while True:
         event = events.get()
         if event is closed:
             return
+        if isinstance(event, Exception):
+            context.abort(grpc.StatusCode.INTERNAL, f"internal error: {event}; see the daemon log")
         if isinstance(event, CommandResult):
             yield pb.RunCommandEvent(result=_wire.result_to_wire(event))
             return
