@@ -137,9 +137,22 @@ class _Dirty:
 class _Call:
     watch: CallWatch
     dirty: _Dirty = field(default_factory=_Dirty)
-    overflows_at_begin: int = 0
+    # None from the opening cookie until begin_call has flushed: the count to compare
+    # with is not known before then.
+    overflows_at_begin: int | None = None
     lost: bool = False
     overlapped: bool = False
+
+    def will_rescan(self, overflows: int) -> bool:
+        """Whether ``finish_call`` will compare the whole workspace with the index.
+
+        An overflow seen while the call is still in ``begin_call`` does not count: its
+        count is read after its own flush, and that flush (or the next one) rescans for
+        such an overflow instead.
+        """
+        if self.lost:
+            return True
+        return self.overflows_at_begin is not None and overflows != self.overflows_at_begin
 
 
 @dataclass(eq=False)
@@ -306,8 +319,7 @@ class WorkspaceMonitor:
                 index = self._require_index()
                 with self._lock:
                     overflows = self._overflows
-                    lost = call.lost or overflows != call.overflows_at_begin
-                    lost = lost or self._watch_limit
+                    lost = call.will_rescan(overflows) or self._watch_limit
                 note = ""
                 if lost:
                     note = self._lost_note(call, overflows)
@@ -518,7 +530,9 @@ class WorkspaceMonitor:
         index = self._require_index()
         with self._lock:
             others = [c for c in self._calls.values() if c is not call]
-            if any(c.lost or c.overflows_at_begin != self._overflows for c in others):
+            # Refusing is safe only if the changes are sure to be found again: the flush
+            # that computed them has already taken their dirty set.
+            if any(c.will_rescan(self._overflows) for c in others):
                 return False
             if others:
                 changes = {

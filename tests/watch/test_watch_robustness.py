@@ -9,14 +9,15 @@ import random
 import shutil
 import subprocess
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from watchdog.observers import inotify_c
 
 from shellward.types import EffectKind, FileEffect
-from shellwardd.watch import IndexProgress, WorkspaceMonitor
-from shellwardd.watch.hashing import probe
+from shellwardd.watch import CallWatch, IndexProgress, WorkspaceMonitor, detector
+from shellwardd.watch.hashing import IndexEntry, Stamp, probe
 from shellwardd.watch.paths import PathFilter
 from shellwardd.watch.scan import walk
 
@@ -185,6 +186,53 @@ def test_overflow_between_calls_is_not_attributed(
         assert len(monitor.snapshot()) == 501
     finally:
         monitor.stop()
+
+
+def test_background_flush_racing_a_call_opening_keeps_its_edits(
+    monitor: WorkspaceMonitor, ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An overflow, already rescanned for: every call from now on begins after it.
+    monitor.on_overflow()
+    monitor.flush()
+    # Hold the background flush of an external edit between taking its dirty set and
+    # applying it, and open a call's window meanwhile: the call is registered but its
+    # begin_call has not flushed yet. The edit must still reach the index.
+    in_flush, release, opened = threading.Event(), threading.Event(), threading.Event()
+    real_probe_many = detector.probe_many
+    real_on_cookie = monitor.on_cookie
+
+    def probe_many(
+        root: str,
+        items: list[tuple[str, os.stat_result | None]],
+        stamp: Stamp | None,
+        on_progress: Callable[[int], None] | None = None,
+    ) -> list[IndexEntry | None]:
+        if any(path == "external" for path, _ in items) and not in_flush.is_set():
+            in_flush.set()
+            assert release.wait(30)
+        return real_probe_many(root, items, stamp, on_progress)
+
+    def on_cookie(name: str) -> None:
+        real_on_cookie(name)
+        if name.startswith("open-"):
+            opened.set()
+
+    monkeypatch.setattr(detector, "probe_many", probe_many)
+    monkeypatch.setattr(monitor, "on_cookie", on_cookie)
+    (ws / "external").write_bytes(b"e")
+    assert in_flush.wait(30)
+    watches: list[CallWatch] = []
+    opener = threading.Thread(target=lambda: watches.append(monitor.begin_call(timeout=30)))
+    opener.start()
+    try:
+        assert opened.wait(30)
+    finally:
+        release.set()  # a failure above must not leave the flush holding the index
+    opener.join(30)
+    (ws / "mine").write_bytes(b"m")
+    effects = monitor.finish_call(watches[0])
+    assert summary(effects) == [("created", "mine")] and not effects.from_rescan
+    assert index_state(monitor) == disk_state(ws)
 
 
 def test_watch_limit_degrades_to_stat_scans(
