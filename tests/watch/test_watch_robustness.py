@@ -6,6 +6,7 @@ import ctypes
 import errno
 import os
 import random
+import shlex
 import shutil
 import subprocess
 import threading
@@ -16,7 +17,7 @@ import pytest
 from watchdog.observers import inotify_c
 
 from shellward.types import EffectKind, FileEffect
-from shellwardd.watch import CallWatch, IndexProgress, WorkspaceMonitor, detector
+from shellwardd.watch import CallEffects, CallWatch, IndexProgress, WorkspaceMonitor, detector
 from shellwardd.watch.hashing import IndexEntry, Stamp, probe
 from shellwardd.watch.paths import PathFilter
 from shellwardd.watch.scan import walk
@@ -57,6 +58,23 @@ def start_with_tiny_queue(monitor: WorkspaceMonitor) -> None:
         monitor.start()
     finally:
         MAX_QUEUED.write_text(saved)
+
+
+def run_with_reader_stalled(monitor: WorkspaceMonitor, command: str) -> CallEffects:
+    """Like ``run``, but the command runs while this thread holds the GIL.
+
+    watchdog's reader is a Python thread: it cannot drain the inotify queue meanwhile, so a
+    flood of events in watched directories is sure to overflow a small queue (a fast reader
+    on an idle machine otherwise keeps up, and the test would prove nothing).
+    """
+    libc = ctypes.PyDLL(None)  # PyDLL, unlike CDLL, keeps the GIL during the call
+    watch = monitor.begin_call(exclusive=True, timeout=30)
+    try:
+        status = libc.system(f"cd {shlex.quote(str(monitor.root))} && {command}".encode())
+        assert status == 0, f"{command!r} failed with wait status {status}"
+    finally:
+        effects = monitor.finish_call(watch)
+    return effects
 
 
 def test_external_edits_update_the_index_and_are_not_attributed(
@@ -157,7 +175,10 @@ def test_queue_overflow_falls_back_to_a_complete_rescan(
     start_with_tiny_queue(monitor)
     try:
         assert monitor.wait_ready(30)
-        effects = run(monitor, f"cp -r {source} copy && rm before")
+        # Rewriting a file of the (watched) root floods the queue for sure; the files inside
+        # the new copy/ give no events until the stalled reader watches that directory.
+        flood = "for i in $(seq 1 200); do echo x > before; done"
+        effects = run_with_reader_stalled(monitor, f"{flood}; cp -r {source} copy && rm before")
         assert effects.from_rescan
         assert "overflow" in effects.note
         assert len(effects.effects) == len(files) + 1
