@@ -206,26 +206,12 @@ class Ledger:
 
     def expire_pending(self, created_before: float, content: str) -> builtins.list[str]:
         """Deny every call still waiting for approval that was created before the cutoff."""
-        now = time.time()
         with self._transaction() as db:
-            expired = [
-                row[0]
-                for row in db.execute(
-                    "SELECT call_id FROM calls WHERE status = ? AND created_at < ?",
-                    (CallStatus.PENDING_APPROVAL.value, created_before),
-                )
-            ]
-            for call_id in expired:
-                db.execute(
-                    "UPDATE calls SET status = ?, code = ?, content = ?, finished_at = ?"
-                    " WHERE call_id = ?",
-                    (CallStatus.DENIED.value, Code.PERMISSION_DENIED.value, content, now, call_id),
-                )
-                db.execute(
-                    "INSERT INTO transitions (call_id, at, status, detail) VALUES (?, ?, ?, ?)",
-                    (call_id, now, CallStatus.DENIED.value, "approval timed out"),
-                )
-        return expired
+            return _close_all(
+                db, "status = ? AND created_at < ?",
+                (CallStatus.PENDING_APPROVAL.value, created_before),
+                CallStatus.DENIED, Code.PERMISSION_DENIED, content, "approval timed out",
+            )  # fmt: skip
 
     def recover_interrupted(self, note: str) -> builtins.list[str]:
         """At start-up: calls a previous daemon left running become ``uncertain``.
@@ -233,57 +219,21 @@ class Ledger:
         Planned or approved calls never started, so nothing ran: they become ``failed``.
         Returns the call ids made uncertain.
         """
-        now = time.time()
         with self._transaction() as db:
-            started = [
-                row[0]
-                for row in db.execute(
-                    "SELECT call_id FROM calls WHERE status = ?", (CallStatus.STARTED.value,)
-                )
-            ]
-            for call_id in started:
-                db.execute(
-                    "UPDATE calls SET status = ?, code = ?, content = ?, note = ?, finished_at = ?"
-                    " WHERE call_id = ?",
-                    (
-                        CallStatus.UNCERTAIN.value,
-                        Code.SIDE_EFFECT_UNCERTAIN.value,
-                        "The daemon stopped while this command was running; it may have "
-                        "partly or fully run. Check its effects before running it again.",
-                        note,
-                        now,
-                        call_id,
-                    ),
-                )
-                db.execute(
-                    "INSERT INTO transitions (call_id, at, status, detail) VALUES (?, ?, ?, ?)",
-                    (call_id, now, CallStatus.UNCERTAIN.value, note),
-                )
-            never_started = [
-                row[0]
-                for row in db.execute(
-                    "SELECT call_id FROM calls WHERE status IN (?, ?)",
-                    (CallStatus.PLANNED.value, CallStatus.APPROVED.value),
-                )
-            ]
-            for call_id in never_started:
-                db.execute(
-                    "UPDATE calls SET status = ?, code = ?, content = ?, note = ?, finished_at = ?"
-                    " WHERE call_id = ?",
-                    (
-                        CallStatus.FAILED.value,
-                        Code.INTERRUPTED.value,
-                        "The daemon stopped before this command started; nothing ran. "
-                        "It is safe to run it again.",
-                        note,
-                        now,
-                        call_id,
-                    ),
-                )
-                db.execute(
-                    "INSERT INTO transitions (call_id, at, status, detail) VALUES (?, ?, ?, ?)",
-                    (call_id, now, CallStatus.FAILED.value, note),
-                )
+            started = _close_all(
+                db, "status = ?", (CallStatus.STARTED.value,),
+                CallStatus.UNCERTAIN, Code.SIDE_EFFECT_UNCERTAIN,
+                "The daemon stopped while this command was running; it may have partly or "
+                "fully run. Check its effects before running it again.",
+                note, note=note,
+            )  # fmt: skip
+            _close_all(
+                db, "status IN (?, ?)", (CallStatus.PLANNED.value, CallStatus.APPROVED.value),
+                CallStatus.FAILED, Code.INTERRUPTED,
+                "The daemon stopped before this command started; nothing ran. It is safe to "
+                "run it again.",
+                note, note=note,
+            )  # fmt: skip
         return started
 
     # --- reads -------------------------------------------------------------------
@@ -329,6 +279,33 @@ class Ledger:
                 (call_id,),
             ).fetchall()
         return [Transition(row[0], CallStatus(row[1]), row[2]) for row in rows]
+
+
+def _close_all(
+    db: sqlite3.Connection,
+    where: str,
+    params: tuple[Any, ...],
+    status: CallStatus,
+    code: Code,
+    content: str,
+    detail: str,
+    *,
+    note: str | None = None,
+) -> builtins.list[str]:
+    """Give every call matching ``where`` a final state, in the caller's transaction."""
+    now = time.time()
+    call_ids = [row[0] for row in db.execute(f"SELECT call_id FROM calls WHERE {where}", params)]
+    for call_id in call_ids:
+        db.execute(
+            "UPDATE calls SET status = ?, code = ?, content = ?, finished_at = ?,"
+            " note = COALESCE(?, note) WHERE call_id = ?",
+            (status.value, code.value, content, now, note, call_id),
+        )
+        db.execute(
+            "INSERT INTO transitions (call_id, at, status, detail) VALUES (?, ?, ?, ?)",
+            (call_id, now, status.value, detail),
+        )
+    return call_ids
 
 
 # --- row codec -----------------------------------------------------------------
