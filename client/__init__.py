@@ -6,7 +6,8 @@
 ...     result.ok, result.code, result.content
 """
 
-from shellward._client import Client, StreamEvent
+from shellward._async import AsyncClient
+from shellward._client import Client
 from shellward._exceptions import (
     AuthenticationError,
     DaemonUnavailable,
@@ -17,6 +18,7 @@ from shellward._exceptions import (
     ProtocolError,
     ShellwardError,
 )
+from shellward._requests import StreamEvent
 from shellward.types import (
     ArgumentFact,
     ArgumentKind,
@@ -44,6 +46,7 @@ from shellward.types import (
 __all__ = [
     "ArgumentFact",
     "ArgumentKind",
+    "AsyncClient",
     "AuthenticationError",
     "CallAccepted",
     "CallStatus",

@@ -13,8 +13,14 @@ import grpc
 from shellward import _wire
 from shellward._exceptions import ProtocolError, translate
 from shellward._paths import default_socket_path
+from shellward._requests import (
+    StreamEvent,
+    auth_metadata,
+    command_request,
+    event_from_wire,
+    tool_request,
+)
 from shellward.types import (
-    CallAccepted,
     CommandResult,
     DaemonStatus,
     LedgerEntry,
@@ -27,7 +33,6 @@ from shellward.types import (
 from shellward.v1 import shellward_pb2 as pb
 from shellward.v1 import shellward_pb2_grpc as pb_grpc
 
-StreamEvent = CallAccepted | OutputChunk | CommandResult
 _T = TypeVar("_T")
 
 
@@ -57,8 +62,7 @@ class Client:
         self.target = resolve_target(socket, address)
         self._channel = grpc.insecure_channel(self.target)
         self._stub = pb_grpc.ShellwardStub(self._channel)
-        token = token if token is not None else os.environ.get("SHELLWARD_TOKEN")
-        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self._metadata = auth_metadata(token)
         self._rpc_timeout = rpc_timeout
 
     def close(self) -> None:
@@ -86,16 +90,11 @@ class Client:
     def _events(self, call: Iterator[pb.RunCommandEvent]) -> Iterator[StreamEvent]:
         """Typed events of a RunCommand or Replay stream; the result comes last."""
         try:
-            for event in call:
-                kind = event.WhichOneof("event")
-                if kind == "accepted":
-                    yield CallAccepted(
-                        event.accepted.call_id, _wire.verdict_from_wire(event.accepted.verdict)
-                    )
-                elif kind == "output":
-                    yield _wire.chunk_from_wire(event.output)
-                elif kind == "result":
-                    yield _wire.result_from_wire(event.result)
+            for message in call:
+                event = event_from_wire(message)
+                if event is not None:
+                    yield event
+                if isinstance(event, CommandResult):
                     return
         except grpc.RpcError as exc:
             raise translate(exc, self.target) from exc
@@ -130,16 +129,10 @@ class Client:
         ``timeout`` bounds the command (the daemon kills it); ``rpc_timeout`` bounds this
         call only: when it passes the command keeps running and is recorded.
         """
-        request = pb.RunCommandRequest(
-            command=command,
-            cwd=str(cwd) if cwd is not None else "",
-            env=dict(env or {}),
-            timeout_seconds=timeout or 0.0,
-            run_id=run_id,
-            step_id=step_id,
-            network=pb.NetworkRequest(allow=network),
-            rerun=rerun,
-        )
+        request = command_request(
+            command, cwd=cwd, run_id=run_id, step_id=step_id, timeout=timeout, env=env,
+            network=network, rerun=rerun,
+        )  # fmt: skip
         yield from self._events(
             self._stub.RunCommand(request, timeout=rpc_timeout, metadata=self._metadata)
         )
@@ -239,15 +232,9 @@ class Client:
         The answer's structured part is ``result.output``; raw bytes (a file's content)
         are ``result.stdout.data``.
         """
-        request = pb.CallToolRequest(
-            tool=tool,
-            cwd=str(cwd) if cwd is not None else "",
-            run_id=run_id,
-            step_id=step_id,
-            timeout_seconds=timeout or 0.0,
-            user=user,
+        request = tool_request(
+            tool, arguments, cwd=cwd, run_id=run_id, step_id=step_id, timeout=timeout, user=user
         )
-        request.arguments.update(dict(arguments or {}))
         try:
             reply = self._stub.CallTool(request, timeout=rpc_timeout, metadata=self._metadata)
         except grpc.RpcError as exc:

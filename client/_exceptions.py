@@ -17,6 +17,7 @@ they are a ``CommandResult`` with ``ok=False`` and a ``code``.
 from __future__ import annotations
 
 import grpc
+import grpc.aio
 
 
 class ShellwardError(Exception):
@@ -66,8 +67,10 @@ _BY_STATUS: dict[grpc.StatusCode, type[ShellwardError]] = {
 
 def translate(exc: grpc.RpcError, target: str) -> ShellwardError:
     """Turn a gRPC error into the matching ShellwardError, with a message that helps."""
-    code = exc.code() if isinstance(exc, grpc.Call) else grpc.StatusCode.UNKNOWN
-    details = (exc.details() if isinstance(exc, grpc.Call) else "") or str(exc)
+    # Sync errors are grpc.Call; asyncio ones (AioRpcError) have the same two methods.
+    answered = isinstance(exc, grpc.Call | grpc.aio.AioRpcError)
+    code = exc.code() if answered else grpc.StatusCode.UNKNOWN
+    details = (exc.details() if answered else "") or str(exc)
     kind = _BY_STATUS.get(code, ProtocolError)
     if kind is DaemonUnavailable:
         details = (
