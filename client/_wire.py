@@ -379,6 +379,32 @@ def entry_from_wire(message: pb.LedgerEntry) -> t.LedgerEntry:
     )
 
 
+def daemon_status_to_wire(status: t.DaemonStatus) -> pb.StatusResponse:
+    return pb.StatusResponse(
+        version=status.version,
+        socket=status.socket,
+        state_dir=status.state_dir,
+        ledger_path=status.ledger_path,
+        sandbox_enabled=status.sandbox_enabled,
+        sandbox_detail=status.sandbox_detail,
+        workspaces=list(status.workspaces),
+        running_calls=status.running_calls,
+        uptime_seconds=status.uptime_seconds,
+        rule_sources=list(status.rule_sources),
+        tcp_address=status.tcp_address,
+        workspace_status=[
+            pb.WorkspaceStatus(
+                root=w.root,
+                state=w.state,
+                files_done=w.files_done,
+                files_total=w.files_total,
+                note=w.note,
+            )
+            for w in status.workspace_status
+        ],
+    )
+
+
 def daemon_status_from_wire(message: pb.StatusResponse) -> t.DaemonStatus:
     return t.DaemonStatus(
         version=message.version,

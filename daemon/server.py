@@ -26,7 +26,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from shellward import _wire
-from shellward.types import Code, CommandResult, OutputChunk, Verdict
+from shellward.types import Code, CommandResult, DaemonStatus, OutputChunk, Verdict
 from shellward.v1 import shellward_pb2 as pb
 from shellward.v1 import shellward_pb2_grpc as pb_grpc
 from shellwardd.classifier import LiveRules
@@ -180,29 +180,21 @@ class ShellwardServicer(pb_grpc.ShellwardServicer):
         self, request: pb.GetStatusRequest, context: grpc.ServicerContext
     ) -> pb.StatusResponse:
         info = self._info
-        return pb.StatusResponse(
+        status = DaemonStatus(
             version=info.version,
             socket=str(info.config.socket),
             state_dir=str(info.config.state_dir),
             ledger_path=str(info.config.ledger_path),
             sandbox_enabled=info.sandbox_enabled,
             sandbox_detail=info.sandbox_detail,
-            workspaces=[str(w) for w in info.config.workspaces],
+            workspaces=tuple(str(w) for w in info.config.workspaces),
             running_calls=self._runtime.running_count,
             uptime_seconds=time.time() - info.started_at,
-            rule_sources=list(self._rules.sources),
+            rule_sources=self._rules.sources,
             tcp_address=info.config.tcp or "",
-            workspace_status=[
-                pb.WorkspaceStatus(
-                    root=w.root,
-                    state=w.state,
-                    files_done=w.files_done,
-                    files_total=w.files_total,
-                    note=w.note,
-                )
-                for w in self._runtime.workspace_status()
-            ],
+            workspace_status=self._runtime.workspace_status(),
         )
+        return _wire.daemon_status_to_wire(status)
 
 
 def _stream(
