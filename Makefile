@@ -27,13 +27,10 @@ bench: install
 	$(PY) bench/classify.py
 	$(PY) bench/detect.py --sizes 1000,10000
 
-## lint: ruff and mypy (mypy sees client/ and daemon/ under their import names)
+## lint: ruff and mypy (daemon/ and client/ are mypy's source roots)
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	mkdir -p build/mypy
-	ln -sfn ../../client build/mypy/shellward
-	ln -sfn ../../daemon build/mypy/shellwardd
 	$(VENV)/bin/mypy
 
 install: system-deps $(STAMP)

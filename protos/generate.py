@@ -1,7 +1,7 @@
 """Regenerate the Python code for the wire contract (``make proto``).
 
 Writes ``shellward/v1/*_pb2*.py[i]`` for every ``.proto`` under ``protos/`` into the
-client package (``client/v1``), or into ``--out`` (the staleness test compares the two).
+client package (``client/shellward/v1``), or into ``--out`` (the staleness test compares the two).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 from grpc_tools import protoc  # type: ignore[import-untyped]
 
 PROTO_ROOT = Path(__file__).resolve().parent
-PACKAGE_DIR = PROTO_ROOT.parent / "client" / "v1"
+PACKAGE_DIR = PROTO_ROOT.parent / "client" / "shellward" / "v1"
 
 
 def generate(out_dir: Path) -> list[Path]:

@@ -29,11 +29,9 @@ def test_wheel_installs_and_finds_its_rules_outside_the_checkout(tmp_path: Path)
     (wheel,) = (tmp_path / "dist").glob("shellward-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     sources = {
-        f"shellwardd/{path.relative_to(ROOT / 'daemon')}"
-        for path in (ROOT / "daemon").rglob("*.py")
-    } | {
-        f"shellward/{path.relative_to(ROOT / 'client')}" for path in (ROOT / "client").rglob("*.py")
-    }
+        str(path.relative_to(root)) for root in (ROOT / "daemon", ROOT / "client")
+        for path in root.rglob("*.py")
+    }  # fmt: skip
     missing = sorted(sources - names)
     assert not missing, (
         f"modules missing from the wheel (add their packages to pyproject): {missing}"

@@ -21,7 +21,7 @@ def _load_generator():  # type: ignore[no-untyped-def]
 def test_committed_generated_code_is_fresh(tmp_path: Path) -> None:
     written = _load_generator().generate(tmp_path)
     assert written, "the generator wrote nothing"
-    committed_dir = ROOT / "client" / "v1"
+    committed_dir = ROOT / "client" / "shellward" / "v1"
     stale = [
         path.name
         for path in written
