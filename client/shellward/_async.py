@@ -1,44 +1,41 @@
-"""The asyncio client (``grpc.aio``): the calls an async agent runtime makes most.
+"""The asyncio client (``grpc.aio``): the same calls, answers and exceptions as
+:class:`shellward.Client`, awaited; commands and replays stream as async iterators.
 
-Same answers and exceptions as :class:`shellward.Client`; commands and replays stream as
-async iterators.
+Each method builds its call with ``_requests`` and awaits it; a test holds the methods and
+their signatures equal to ``Client``'s.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+import os
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
 import grpc
 import grpc.aio
 
-from shellward import _wire
-from shellward._client import resolve_target
-from shellward._exceptions import ProtocolError, translate
-from shellward._requests import (
-    PathLike,
-    StreamEvent,
-    auth_metadata,
-    command_request,
-    event_from_wire,
-    tool_request,
-)
+from shellward import _requests as calls
+from shellward._base import BaseClient
+from shellward._exceptions import translate
+from shellward._requests import PathLike, StreamEvent
 from shellward.types import (
     CommandResult,
     DaemonStatus,
     LedgerEntry,
     OutputChunk,
     RecoveryItem,
+    ReloadOutcome,
+    RuleFileCheck,
+    ToolInfo,
     Verdict,
 )
-from shellward.v1 import shellward_pb2 as pb
 from shellward.v1 import shellward_pb2_grpc as pb_grpc
 
 _T = TypeVar("_T")
 
 
-class AsyncClient:
+class AsyncClient(BaseClient):
     """``async with AsyncClient() as client: await client.run_command("ls")``."""
 
     def __init__(
@@ -49,11 +46,9 @@ class AsyncClient:
         token: str | None = None,
         rpc_timeout: float | None = 30.0,
     ) -> None:
-        self.target = resolve_target(socket, address)
+        super().__init__(socket, address=address, token=token, rpc_timeout=rpc_timeout)
         self._channel = grpc.aio.insecure_channel(self.target)
         self._stub = pb_grpc.ShellwardStub(self._channel)
-        self._metadata = auth_metadata(token)
-        self._rpc_timeout = rpc_timeout
 
     async def close(self) -> None:
         await self._channel.close()
@@ -69,34 +64,41 @@ class AsyncClient:
     ) -> None:
         await self.close()
 
-    async def _call(self, method: Callable[..., Awaitable[_T]], request: object) -> _T:
+    async def _send(self, call: calls.Rpc[_T]) -> _T:
         try:
-            return await method(request, timeout=self._rpc_timeout, metadata=self._metadata)
+            reply = await getattr(self._stub, call.method)(
+                call.request, **self._options(call.deadline)
+            )
         except grpc.RpcError as exc:
             raise translate(exc, self.target) from exc
+        return call.decode(reply)
 
-    async def _events(self, call: AsyncIterator[pb.RunCommandEvent]) -> AsyncIterator[StreamEvent]:
+    async def _events(self, call: calls.Streamed) -> AsyncIterator[StreamEvent]:
+        """Typed events of a RunCommand or Replay stream; the result comes last."""
         try:
-            async for message in call:
-                event = event_from_wire(message)
+            async for message in getattr(self._stub, call.method)(
+                call.request, **self._options(call.deadline)
+            ):
+                event = calls.event_from_wire(message)
                 if event is not None:
                     yield event
                 if isinstance(event, CommandResult):
                     return
         except grpc.RpcError as exc:
             raise translate(exc, self.target) from exc
-        raise ProtocolError("the daemon closed the stream without a final result")
+        raise calls.stream_ended_early()
 
     @staticmethod
     async def _final(
         events: AsyncIterator[StreamEvent], on_output: Callable[[OutputChunk], None] | None
     ) -> CommandResult:
         async for event in events:
-            if isinstance(event, CommandResult):
+            if calls.take_event(event, on_output):
+                assert isinstance(event, CommandResult)
                 return event
-            if isinstance(event, OutputChunk) and on_output is not None:
-                on_output(event)
-        raise ProtocolError("the daemon closed the stream without a final result")
+        raise calls.stream_ended_early()
+
+    # --- commands --------------------------------------------------------------------
 
     def stream_command(
         self,
@@ -111,14 +113,15 @@ class AsyncClient:
         rerun: bool = False,
         rpc_timeout: float | None = None,
     ) -> AsyncIterator[StreamEvent]:
-        """CallAccepted, OutputChunks, then the CommandResult (see ``Client.stream_command``)."""
-        request = command_request(
+        """Run a command and yield a CallAccepted, its OutputChunks, then the CommandResult.
+
+        ``timeout`` bounds the command (the daemon kills it); ``rpc_timeout`` bounds this
+        call only: when it passes the command keeps running and is recorded.
+        """
+        return self._events(calls.run_command(
             command, cwd=cwd, run_id=run_id, step_id=step_id, timeout=timeout, env=env,
-            network=network, rerun=rerun,
-        )  # fmt: skip
-        return self._events(
-            self._stub.RunCommand(request, timeout=rpc_timeout, metadata=self._metadata)
-        )
+            network=network, rerun=rerun, rpc_timeout=rpc_timeout,
+        ))  # fmt: skip
 
     async def run_command(
         self,
@@ -134,11 +137,27 @@ class AsyncClient:
         rerun: bool = False,
         rpc_timeout: float | None = None,
     ) -> CommandResult:
+        """Run a command and return its structured result (see ``stream_command``)."""
         events = self.stream_command(
             command, cwd=cwd, run_id=run_id, step_id=step_id, timeout=timeout, env=env,
             network=network, rerun=rerun, rpc_timeout=rpc_timeout,
         )  # fmt: skip
         return await self._final(events, on_output)
+
+    def stream_replay(
+        self,
+        call_id: str = "",
+        *,
+        run_id: str = "",
+        step_id: str = "",
+        rerun: bool = False,
+        rpc_timeout: float | None = None,
+    ) -> AsyncIterator[StreamEvent]:
+        """Apply the replay table to a recorded call (by id, or a step's newest attempt)."""
+        return self._events(
+            calls.replay(call_id, run_id=run_id, step_id=step_id, rerun=rerun,
+                         rpc_timeout=rpc_timeout)
+        )  # fmt: skip
 
     async def replay(
         self,
@@ -148,10 +167,35 @@ class AsyncClient:
         step_id: str = "",
         rerun: bool = False,
         on_output: Callable[[OutputChunk], None] | None = None,
+        rpc_timeout: float | None = None,
     ) -> CommandResult:
-        request = pb.ReplayRequest(call_id=call_id, run_id=run_id, step_id=step_id, rerun=rerun)
-        events = self._events(self._stub.Replay(request, metadata=self._metadata))
+        """The result of ``stream_replay``; ``on_output`` sees the output of a new run."""
+        events = self.stream_replay(
+            call_id, run_id=run_id, step_id=step_id, rerun=rerun, rpc_timeout=rpc_timeout
+        )
         return await self._final(events, on_output)
+
+    async def recover(self, run_id: str) -> list[RecoveryItem]:
+        """Every step of a run that did not end cleanly, with the action to take."""
+        return await self._send(calls.recover(run_id))
+
+    async def wait_call(self, call_id: str, *, timeout: float = 60.0) -> CommandResult:
+        """Wait until a call is final (approved and run, or a duplicate finished)."""
+        return await self._send(calls.wait_call(call_id, timeout))
+
+    async def approvals(self) -> list[LedgerEntry]:
+        """Calls waiting for a human's approval."""
+        return await self._send(calls.approvals())
+
+    async def approve(self, call_id: str, *, reason: str = "") -> LedgerEntry:
+        """Approve a pending call: it starts at once (follow it with ``wait_call``)."""
+        return await self._send(calls.answer(call_id, approve=True, reason=reason))
+
+    async def deny(self, call_id: str, *, reason: str = "") -> LedgerEntry:
+        """Deny a pending call: it never runs."""
+        return await self._send(calls.answer(call_id, approve=False, reason=reason))
+
+    # --- tools -----------------------------------------------------------------------
 
     async def call_tool(
         self,
@@ -163,45 +207,55 @@ class AsyncClient:
         step_id: str = "",
         timeout: float | None = None,
         user: str = "",
+        rpc_timeout: float | None = None,
     ) -> CommandResult:
-        request = tool_request(
-            tool, arguments, cwd=cwd, run_id=run_id, step_id=step_id, timeout=timeout, user=user
-        )
-        try:
-            reply = await self._stub.CallTool(request, metadata=self._metadata)
-        except grpc.RpcError as exc:
-            raise translate(exc, self.target) from exc
-        return _wire.tool_result_from_wire(reply)
+        """Call a tool (read_file, list_files, write_file, apply_patch, an MCP tool).
 
-    async def wait_call(self, call_id: str, *, timeout: float = 60.0) -> CommandResult:
-        request = pb.WaitCallRequest(call_id=call_id, timeout_seconds=timeout)
-        try:
-            reply = await self._stub.WaitCall(
-                request, timeout=timeout + 30.0, metadata=self._metadata
-            )
-        except grpc.RpcError as exc:
-            raise translate(exc, self.target) from exc
-        return _wire.result_from_wire(reply)
+        The answer's structured part is ``result.output``; raw bytes (a file's content)
+        are ``result.stdout.data``.
+        """
+        return await self._send(calls.call_tool(
+            tool, arguments, cwd=cwd, run_id=run_id, step_id=step_id, timeout=timeout,
+            user=user, rpc_timeout=rpc_timeout,
+        ))  # fmt: skip
+
+    async def list_tools(self) -> list[ToolInfo]:
+        """Every tool the daemon offers, classified."""
+        return await self._send(calls.list_tools())
+
+    # --- rules -----------------------------------------------------------------------
+
+    async def reload_rules(self) -> ReloadOutcome:
+        """Make the daemon read its rule files again; a broken file changes nothing."""
+        return await self._send(calls.reload_rules())
+
+    async def check_rules(
+        self, paths: Sequence[str | os.PathLike[str]] = ()
+    ) -> list[RuleFileCheck]:
+        """Check rule files as the daemon would load them (no paths: all the files it
+        loads); nothing is reloaded."""
+        return await self._send(calls.check_rules(paths))
+
+    # --- queries ---------------------------------------------------------------------
 
     async def classify(self, command: str, *, cwd: PathLike = None) -> Verdict:
-        request = pb.ClassifyRequest(command=command, cwd=str(cwd) if cwd is not None else "")
-        return _wire.verdict_from_wire((await self._call(self._stub.Classify, request)).verdict)
+        """What a command may do and whether it may run again; nothing runs."""
+        return await self._send(calls.classify(command, cwd))
 
     async def get_call(
         self, call_id: str = "", *, run_id: str = "", step_id: str = ""
     ) -> LedgerEntry:
-        request = pb.GetCallRequest(call_id=call_id, run_id=run_id, step_id=step_id)
-        return _wire.entry_from_wire(await self._call(self._stub.GetCall, request))
+        """One ledger entry, by call id or by a step's newest attempt."""
+        return await self._send(calls.get_call(call_id, run_id=run_id, step_id=step_id))
 
-    async def list_calls(self, *, run_id: str = "", limit: int = 50) -> list[LedgerEntry]:
-        request = pb.ListCallsRequest(run_id=run_id, limit=limit)
-        response = await self._call(self._stub.ListCalls, request)
-        return [_wire.entry_from_wire(entry) for entry in response.calls]
-
-    async def recover(self, run_id: str) -> list[RecoveryItem]:
-        response = await self._call(self._stub.Recover, pb.RecoverRequest(run_id=run_id))
-        return [_wire.recovery_from_wire(item) for item in response.items]
+    async def list_calls(
+        self, *, run_id: str = "", limit: int = 50, omit_output: bool = False
+    ) -> list[LedgerEntry]:
+        """Recent ledger entries, newest first."""
+        return await self._send(
+            calls.list_calls(run_id=run_id, limit=limit, omit_output=omit_output)
+        )
 
     async def status(self) -> DaemonStatus:
-        reply = await self._call(self._stub.GetStatus, pb.GetStatusRequest())
-        return _wire.daemon_status_from_wire(reply)
+        """The daemon's state and configuration."""
+        return await self._send(calls.status())

@@ -1,25 +1,22 @@
-"""The synchronous client: one channel to one daemon, typed answers."""
+"""The synchronous client: one channel to one daemon, typed answers.
+
+Each method builds its call with ``_requests`` and sends it; ``AsyncClient`` has the same
+methods with the same signatures (a test holds them together).
+"""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Mapping
-from pathlib import Path
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
 import grpc
 
-from shellward import _wire
-from shellward._exceptions import ProtocolError, translate
-from shellward._paths import default_socket_path
-from shellward._requests import (
-    StreamEvent,
-    auth_metadata,
-    command_request,
-    event_from_wire,
-    tool_request,
-)
+from shellward import _requests as calls
+from shellward._base import BaseClient
+from shellward._exceptions import translate
+from shellward._requests import PathLike, StreamEvent
 from shellward.types import (
     CommandResult,
     DaemonStatus,
@@ -27,24 +24,16 @@ from shellward.types import (
     OutputChunk,
     RecoveryItem,
     ReloadOutcome,
+    RuleFileCheck,
     ToolInfo,
     Verdict,
 )
-from shellward.v1 import shellward_pb2 as pb
 from shellward.v1 import shellward_pb2_grpc as pb_grpc
 
 _T = TypeVar("_T")
 
 
-def resolve_target(socket: str | os.PathLike[str] | None, address: str | None) -> str:
-    """The gRPC target: a TCP ``address`` if given, else the Unix socket (flag, env, default)."""
-    if address:
-        return address
-    path = socket or os.environ.get("SHELLWARD_SOCKET") or default_socket_path()
-    return f"unix:{Path(path).expanduser().absolute()}"
-
-
-class Client:
+class Client(BaseClient):
     """A connection to a shellward daemon.
 
     ``Client()`` talks to the default Unix socket (or ``$SHELLWARD_SOCKET``);
@@ -53,17 +42,15 @@ class Client:
 
     def __init__(
         self,
-        socket: str | os.PathLike[str] | None = None,
+        socket: PathLike = None,
         *,
         address: str | None = None,
         token: str | None = None,
         rpc_timeout: float | None = 30.0,
     ) -> None:
-        self.target = resolve_target(socket, address)
+        super().__init__(socket, address=address, token=token, rpc_timeout=rpc_timeout)
         self._channel = grpc.insecure_channel(self.target)
         self._stub = pb_grpc.ShellwardStub(self._channel)
-        self._metadata = auth_metadata(token)
-        self._rpc_timeout = rpc_timeout
 
     def close(self) -> None:
         self._channel.close()
@@ -79,43 +66,45 @@ class Client:
     ) -> None:
         self.close()
 
-    def _call(self, method: Callable[..., _T], request: object) -> _T:
+    def _send(self, call: calls.Rpc[_T]) -> _T:
         try:
-            return method(request, timeout=self._rpc_timeout, metadata=self._metadata)
+            reply = getattr(self._stub, call.method)(call.request, **self._options(call.deadline))
         except grpc.RpcError as exc:
             raise translate(exc, self.target) from exc
+        return call.decode(reply)
 
-    # --- commands --------------------------------------------------------------------
-
-    def _events(self, call: Iterator[pb.RunCommandEvent]) -> Iterator[StreamEvent]:
+    def _events(self, call: calls.Streamed) -> Iterator[StreamEvent]:
         """Typed events of a RunCommand or Replay stream; the result comes last."""
         try:
-            for message in call:
-                event = event_from_wire(message)
+            for message in getattr(self._stub, call.method)(
+                call.request, **self._options(call.deadline)
+            ):
+                event = calls.event_from_wire(message)
                 if event is not None:
                     yield event
                 if isinstance(event, CommandResult):
                     return
         except grpc.RpcError as exc:
             raise translate(exc, self.target) from exc
-        raise ProtocolError("the daemon closed the stream without a final result")
+        raise calls.stream_ended_early()
 
     @staticmethod
     def _final(
         events: Iterator[StreamEvent], on_output: Callable[[OutputChunk], None] | None
     ) -> CommandResult:
         for event in events:
-            if isinstance(event, CommandResult):
+            if calls.take_event(event, on_output):
+                assert isinstance(event, CommandResult)
                 return event
-            if isinstance(event, OutputChunk) and on_output is not None:
-                on_output(event)
-        raise ProtocolError("the daemon closed the stream without a final result")
+        raise calls.stream_ended_early()
+
+    # --- commands --------------------------------------------------------------------
 
     def stream_command(
         self,
         command: str,
         *,
-        cwd: str | os.PathLike[str] | None = None,
+        cwd: PathLike = None,
         run_id: str = "",
         step_id: str = "",
         timeout: float | None = None,
@@ -129,20 +118,17 @@ class Client:
         ``timeout`` bounds the command (the daemon kills it); ``rpc_timeout`` bounds this
         call only: when it passes the command keeps running and is recorded.
         """
-        request = command_request(
+        return self._events(calls.run_command(
             command, cwd=cwd, run_id=run_id, step_id=step_id, timeout=timeout, env=env,
-            network=network, rerun=rerun,
-        )  # fmt: skip
-        yield from self._events(
-            self._stub.RunCommand(request, timeout=rpc_timeout, metadata=self._metadata)
-        )
+            network=network, rerun=rerun, rpc_timeout=rpc_timeout,
+        ))  # fmt: skip
 
     def run_command(
         self,
         command: str,
         *,
         on_output: Callable[[OutputChunk], None] | None = None,
-        cwd: str | os.PathLike[str] | None = None,
+        cwd: PathLike = None,
         run_id: str = "",
         step_id: str = "",
         timeout: float | None = None,
@@ -168,10 +154,10 @@ class Client:
         rpc_timeout: float | None = None,
     ) -> Iterator[StreamEvent]:
         """Apply the replay table to a recorded call (by id, or a step's newest attempt)."""
-        request = pb.ReplayRequest(call_id=call_id, run_id=run_id, step_id=step_id, rerun=rerun)
-        yield from self._events(
-            self._stub.Replay(request, timeout=rpc_timeout, metadata=self._metadata)
-        )
+        return self._events(
+            calls.replay(call_id, run_id=run_id, step_id=step_id, rerun=rerun,
+                         rpc_timeout=rpc_timeout)
+        )  # fmt: skip
 
     def replay(
         self,
@@ -183,6 +169,7 @@ class Client:
         on_output: Callable[[OutputChunk], None] | None = None,
         rpc_timeout: float | None = None,
     ) -> CommandResult:
+        """The result of ``stream_replay``; ``on_output`` sees the output of a new run."""
         events = self.stream_replay(
             call_id, run_id=run_id, step_id=step_id, rerun=rerun, rpc_timeout=rpc_timeout
         )
@@ -190,37 +177,32 @@ class Client:
 
     def recover(self, run_id: str) -> list[RecoveryItem]:
         """Every step of a run that did not end cleanly, with the action to take."""
-        response = self._call(self._stub.Recover, pb.RecoverRequest(run_id=run_id))
-        return [_wire.recovery_from_wire(item) for item in response.items]
+        return self._send(calls.recover(run_id))
 
     def wait_call(self, call_id: str, *, timeout: float = 60.0) -> CommandResult:
         """Wait until a call is final (approved and run, or a duplicate finished)."""
-        request = pb.WaitCallRequest(call_id=call_id, timeout_seconds=timeout)
-        try:
-            reply = self._stub.WaitCall(request, timeout=timeout + 30.0, metadata=self._metadata)
-        except grpc.RpcError as exc:
-            raise translate(exc, self.target) from exc
-        return _wire.result_from_wire(reply)
+        return self._send(calls.wait_call(call_id, timeout))
 
     def approvals(self) -> list[LedgerEntry]:
         """Calls waiting for a human's approval."""
-        response = self._call(self._stub.ListApprovals, pb.ListApprovalsRequest())
-        return [_wire.entry_from_wire(entry) for entry in response.calls]
+        return self._send(calls.approvals())
 
     def approve(self, call_id: str, *, reason: str = "") -> LedgerEntry:
-        request = pb.ApproveRequest(call_id=call_id, approve=True, reason=reason)
-        return _wire.entry_from_wire(self._call(self._stub.Approve, request))
+        """Approve a pending call: it starts at once (follow it with ``wait_call``)."""
+        return self._send(calls.answer(call_id, approve=True, reason=reason))
 
     def deny(self, call_id: str, *, reason: str = "") -> LedgerEntry:
-        request = pb.ApproveRequest(call_id=call_id, approve=False, reason=reason)
-        return _wire.entry_from_wire(self._call(self._stub.Approve, request))
+        """Deny a pending call: it never runs."""
+        return self._send(calls.answer(call_id, approve=False, reason=reason))
+
+    # --- tools -----------------------------------------------------------------------
 
     def call_tool(
         self,
         tool: str,
         arguments: Mapping[str, Any] | None = None,
         *,
-        cwd: str | os.PathLike[str] | None = None,
+        cwd: PathLike = None,
         run_id: str = "",
         step_id: str = "",
         timeout: float | None = None,
@@ -232,41 +214,42 @@ class Client:
         The answer's structured part is ``result.output``; raw bytes (a file's content)
         are ``result.stdout.data``.
         """
-        request = tool_request(
-            tool, arguments, cwd=cwd, run_id=run_id, step_id=step_id, timeout=timeout, user=user
-        )
-        try:
-            reply = self._stub.CallTool(request, timeout=rpc_timeout, metadata=self._metadata)
-        except grpc.RpcError as exc:
-            raise translate(exc, self.target) from exc
-        return _wire.tool_result_from_wire(reply)
+        return self._send(calls.call_tool(
+            tool, arguments, cwd=cwd, run_id=run_id, step_id=step_id, timeout=timeout,
+            user=user, rpc_timeout=rpc_timeout,
+        ))  # fmt: skip
 
     def list_tools(self) -> list[ToolInfo]:
-        response = self._call(self._stub.ListTools, pb.ListToolsRequest())
-        return [_wire.tool_info_from_wire(tool) for tool in response.tools]
+        """Every tool the daemon offers, classified."""
+        return self._send(calls.list_tools())
+
+    # --- rules -----------------------------------------------------------------------
 
     def reload_rules(self) -> ReloadOutcome:
-        reply = self._call(self._stub.ReloadRules, pb.ReloadRulesRequest())
-        return ReloadOutcome(reply.ok, reply.error, tuple(reply.rule_sources))
+        """Make the daemon read its rule files again; a broken file changes nothing."""
+        return self._send(calls.reload_rules())
+
+    def check_rules(self, paths: Sequence[str | os.PathLike[str]] = ()) -> list[RuleFileCheck]:
+        """Check rule files as the daemon would load them (no paths: all the files it
+        loads); nothing is reloaded."""
+        return self._send(calls.check_rules(paths))
 
     # --- queries ---------------------------------------------------------------------
 
-    def classify(self, command: str, *, cwd: str | os.PathLike[str] | None = None) -> Verdict:
-        request = pb.ClassifyRequest(command=command, cwd=str(cwd) if cwd is not None else "")
-        return _wire.verdict_from_wire(self._call(self._stub.Classify, request).verdict)
+    def classify(self, command: str, *, cwd: PathLike = None) -> Verdict:
+        """What a command may do and whether it may run again; nothing runs."""
+        return self._send(calls.classify(command, cwd))
 
     def get_call(self, call_id: str = "", *, run_id: str = "", step_id: str = "") -> LedgerEntry:
-        request = pb.GetCallRequest(call_id=call_id, run_id=run_id, step_id=step_id)
-        return _wire.entry_from_wire(self._call(self._stub.GetCall, request))
+        """One ledger entry, by call id or by a step's newest attempt."""
+        return self._send(calls.get_call(call_id, run_id=run_id, step_id=step_id))
 
     def list_calls(
         self, *, run_id: str = "", limit: int = 50, omit_output: bool = False
     ) -> list[LedgerEntry]:
-        request = pb.ListCallsRequest(run_id=run_id, limit=limit, omit_output=omit_output)
-        response = self._call(self._stub.ListCalls, request)
-        return [_wire.entry_from_wire(entry) for entry in response.calls]
+        """Recent ledger entries, newest first."""
+        return self._send(calls.list_calls(run_id=run_id, limit=limit, omit_output=omit_output))
 
     def status(self) -> DaemonStatus:
-        return _wire.daemon_status_from_wire(
-            self._call(self._stub.GetStatus, pb.GetStatusRequest())
-        )
+        """The daemon's state and configuration."""
+        return self._send(calls.status())

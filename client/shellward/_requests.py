@@ -1,17 +1,88 @@
-"""Request messages and stream events shared by the sync and the asyncio client."""
+"""Every call of the client, once: its request, its deadline, how its answer is decoded.
+
+Choices, and why:
+- ``Client`` and ``AsyncClient`` differ only in how they wait (a blocking stub or a
+  ``grpc.aio`` one). So each call is a value here, an ``Rpc`` (unary) or a ``Streamed``
+  (RunCommand, Replay), built by one function per call; the two clients only send it. A
+  new option or a new call is added here once, and a test checks that both clients expose
+  the same methods with the same signatures.
+- A call names its stub method by string (``Rpc.method``) so that it stays free of the
+  transport: the sync and the asyncio stubs have the same attribute names.
+- Deadlines: unary calls use the client's ``rpc_timeout`` unless the call says otherwise
+  (``WaitCall`` waits longer than its own timeout, ``CallTool`` and streams take the
+  caller's ``rpc_timeout``, ``None`` by default, because a tool or a command may run long).
+"""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Generic, TypeVar
 
 from shellward import _wire
-from shellward.types import CallAccepted, CommandResult, OutputChunk
+from shellward._exceptions import ProtocolError
+from shellward._paths import default_socket_path
+from shellward.types import (
+    CallAccepted,
+    CommandResult,
+    DaemonStatus,
+    LedgerEntry,
+    OutputChunk,
+    RecoveryItem,
+    ReloadOutcome,
+    RuleFileCheck,
+    ToolInfo,
+    Verdict,
+)
 from shellward.v1 import shellward_pb2 as pb
 
 StreamEvent = CallAccepted | OutputChunk | CommandResult
 PathLike = str | os.PathLike[str] | None
+
+_T = TypeVar("_T")
+
+# WaitCall's RPC deadline is its own timeout plus this margin, so the daemon answers first.
+WAIT_MARGIN_SECONDS = 30.0
+
+
+class _ClientDeadline:
+    """Sentinel: the client's own ``rpc_timeout`` (``None`` means no deadline)."""
+
+    def __repr__(self) -> str:
+        return "CLIENT_DEADLINE"
+
+
+CLIENT_DEADLINE = _ClientDeadline()
+Deadline = float | None | _ClientDeadline
+
+
+@dataclass(frozen=True)
+class Rpc(Generic[_T]):
+    """One unary call: the stub method, its request, its deadline and its decoder."""
+
+    method: str
+    request: Any
+    decode: Callable[[Any], _T]
+    deadline: Deadline = CLIENT_DEADLINE
+
+
+@dataclass(frozen=True)
+class Streamed:
+    """One streaming call (RunCommand or Replay); its events decode with ``event_from_wire``."""
+
+    method: str
+    request: Any
+    deadline: float | None
+
+
+def resolve_target(socket: PathLike, address: str | None) -> str:
+    """The gRPC target: a TCP ``address`` if given, else the Unix socket (flag, env, default)."""
+    if address:
+        return address
+    path = socket or os.environ.get("SHELLWARD_SOCKET") or default_socket_path()
+    return f"unix:{Path(path).expanduser().absolute()}"
 
 
 def auth_metadata(token: str | None) -> tuple[tuple[str, str], ...]:
@@ -20,7 +91,14 @@ def auth_metadata(token: str | None) -> tuple[tuple[str, str], ...]:
     return (("authorization", f"Bearer {token}"),) if token else ()
 
 
-def command_request(
+def _cwd(cwd: PathLike) -> str:
+    return str(cwd) if cwd is not None else ""
+
+
+# --- streamed calls ------------------------------------------------------------------------
+
+
+def run_command(
     command: str,
     *,
     cwd: PathLike,
@@ -30,10 +108,11 @@ def command_request(
     env: Mapping[str, str] | None,
     network: bool,
     rerun: bool,
-) -> pb.RunCommandRequest:
-    return pb.RunCommandRequest(
+    rpc_timeout: float | None,
+) -> Streamed:
+    request = pb.RunCommandRequest(
         command=command,
-        cwd=str(cwd) if cwd is not None else "",
+        cwd=_cwd(cwd),
         env=dict(env or {}),
         timeout_seconds=timeout or 0.0,
         run_id=run_id,
@@ -41,28 +120,14 @@ def command_request(
         network=pb.NetworkRequest(allow=network),
         rerun=rerun,
     )
+    return Streamed("RunCommand", request, rpc_timeout)
 
 
-def tool_request(
-    tool: str,
-    arguments: Mapping[str, Any] | None,
-    *,
-    cwd: PathLike,
-    run_id: str,
-    step_id: str,
-    timeout: float | None,
-    user: str,
-) -> pb.CallToolRequest:
-    request = pb.CallToolRequest(
-        tool=tool,
-        cwd=str(cwd) if cwd is not None else "",
-        run_id=run_id,
-        step_id=step_id,
-        timeout_seconds=timeout or 0.0,
-        user=user,
-    )
-    request.arguments.update(dict(arguments or {}))
-    return request
+def replay(
+    call_id: str, *, run_id: str, step_id: str, rerun: bool, rpc_timeout: float | None
+) -> Streamed:
+    request = pb.ReplayRequest(call_id=call_id, run_id=run_id, step_id=step_id, rerun=rerun)
+    return Streamed("Replay", request, rpc_timeout)
 
 
 def event_from_wire(event: pb.RunCommandEvent) -> StreamEvent | None:
@@ -75,3 +140,111 @@ def event_from_wire(event: pb.RunCommandEvent) -> StreamEvent | None:
     if kind == "result":
         return _wire.result_from_wire(event.result)
     return None
+
+
+def take_event(event: StreamEvent, on_output: Callable[[OutputChunk], None] | None) -> bool:
+    """Hand an output chunk to ``on_output``; True when ``event`` is the final result."""
+    if isinstance(event, OutputChunk) and on_output is not None:
+        on_output(event)
+    return isinstance(event, CommandResult)
+
+
+def stream_ended_early() -> ProtocolError:
+    return ProtocolError("the daemon closed the stream without a final result")
+
+
+# --- unary calls ---------------------------------------------------------------------------
+
+
+def call_tool(
+    tool: str,
+    arguments: Mapping[str, Any] | None,
+    *,
+    cwd: PathLike,
+    run_id: str,
+    step_id: str,
+    timeout: float | None,
+    user: str,
+    rpc_timeout: float | None,
+) -> Rpc[CommandResult]:
+    request = pb.CallToolRequest(
+        tool=tool,
+        cwd=_cwd(cwd),
+        run_id=run_id,
+        step_id=step_id,
+        timeout_seconds=timeout or 0.0,
+        user=user,
+    )
+    request.arguments.update(dict(arguments or {}))
+    return Rpc("CallTool", request, _wire.tool_result_from_wire, rpc_timeout)
+
+
+def wait_call(call_id: str, timeout: float) -> Rpc[CommandResult]:
+    request = pb.WaitCallRequest(call_id=call_id, timeout_seconds=timeout)
+    return Rpc("WaitCall", request, _wire.result_from_wire, timeout + WAIT_MARGIN_SECONDS)
+
+
+def recover(run_id: str) -> Rpc[list[RecoveryItem]]:
+    return Rpc(
+        "Recover",
+        pb.RecoverRequest(run_id=run_id),
+        lambda reply: [_wire.recovery_from_wire(item) for item in reply.items],
+    )
+
+
+def _entries(reply: pb.ListCallsResponse) -> list[LedgerEntry]:
+    return [_wire.entry_from_wire(entry) for entry in reply.calls]
+
+
+def approvals() -> Rpc[list[LedgerEntry]]:
+    return Rpc("ListApprovals", pb.ListApprovalsRequest(), _entries)
+
+
+def answer(call_id: str, *, approve: bool, reason: str) -> Rpc[LedgerEntry]:
+    request = pb.ApproveRequest(call_id=call_id, approve=approve, reason=reason)
+    return Rpc("Approve", request, _wire.entry_from_wire)
+
+
+def list_tools() -> Rpc[list[ToolInfo]]:
+    return Rpc(
+        "ListTools",
+        pb.ListToolsRequest(),
+        lambda reply: [_wire.tool_info_from_wire(tool) for tool in reply.tools],
+    )
+
+
+def reload_rules() -> Rpc[ReloadOutcome]:
+    return Rpc(
+        "ReloadRules",
+        pb.ReloadRulesRequest(),
+        lambda reply: ReloadOutcome(reply.ok, reply.error, tuple(reply.rule_sources)),
+    )
+
+
+def check_rules(paths: Sequence[str | os.PathLike[str]]) -> Rpc[list[RuleFileCheck]]:
+    # Absolute here: the daemon does not share this process's current directory.
+    request = pb.CheckRulesRequest(paths=[os.path.abspath(p) for p in paths])
+    return Rpc(
+        "CheckRules",
+        request,
+        lambda reply: [_wire.rule_check_from_wire(check) for check in reply.files],
+    )
+
+
+def classify(command: str, cwd: PathLike) -> Rpc[Verdict]:
+    request = pb.ClassifyRequest(command=command, cwd=_cwd(cwd))
+    return Rpc("Classify", request, lambda reply: _wire.verdict_from_wire(reply.verdict))
+
+
+def get_call(call_id: str, *, run_id: str, step_id: str) -> Rpc[LedgerEntry]:
+    request = pb.GetCallRequest(call_id=call_id, run_id=run_id, step_id=step_id)
+    return Rpc("GetCall", request, _wire.entry_from_wire)
+
+
+def list_calls(*, run_id: str, limit: int, omit_output: bool) -> Rpc[list[LedgerEntry]]:
+    request = pb.ListCallsRequest(run_id=run_id, limit=limit, omit_output=omit_output)
+    return Rpc("ListCalls", request, _entries)
+
+
+def status() -> Rpc[DaemonStatus]:
+    return Rpc("GetStatus", pb.GetStatusRequest(), _wire.daemon_status_from_wire)

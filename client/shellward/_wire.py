@@ -14,6 +14,7 @@ from google.protobuf.struct_pb2 import Struct
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from shellward import types as t
+from shellward._exceptions import ProtocolError
 from shellward.v1 import shellward_pb2 as pb
 
 # Enum tables: one place maps each domain enum to its wire enum and back.
@@ -469,3 +470,19 @@ def tool_info_from_wire(message: pb.ToolInfo) -> t.ToolInfo:
         changed=message.changed,
         input_schema_json=json.dumps(MessageToDict(message.input_schema)),
     )
+
+
+def rule_check_to_wire(check: t.RuleFileCheck) -> pb.RuleFileCheck:
+    return pb.RuleFileCheck(path=check.path, layer=check.layer.value, problems=check.problems)
+
+
+def rule_check_from_wire(message: pb.RuleFileCheck) -> t.RuleFileCheck:
+    try:
+        layer = t.RuleLayer(message.layer)
+    except ValueError:
+        # A newer daemon's layer: say so rather than guess how it treats the file.
+        raise ProtocolError(
+            f"the daemon checked {message.path} as {message.layer!r}, a layer this client "
+            "does not know; upgrade shellward"
+        ) from None
+    return t.RuleFileCheck(message.path, layer, tuple(message.problems))

@@ -335,6 +335,31 @@ class ReloadOutcome:
     sources: tuple[str, ...]
 
 
+class RuleLayer(enum.Enum):
+    """How the daemon treats a rule file, which decides what its rules may do."""
+
+    BUILTIN = "builtin"
+    USER = "user"
+    TRUSTED_REPOSITORY = "trusted repository"
+    # An untrusted repository's file: its rules may only make verdicts stricter.
+    REPOSITORY = "repository"
+    # Neither one of the daemon's rule files nor inside one of its workspaces.
+    NOT_READ = "not read"
+
+
+@dataclass(frozen=True)
+class RuleFileCheck:
+    """One rule file checked by the daemon: how it treats the file, and what is wrong."""
+
+    path: str
+    layer: RuleLayer
+    problems: tuple[str, ...]  # each ``file:line: what is wrong``; empty when clean
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
 @dataclass(frozen=True)
 class ToolInfo:
     """A tool the daemon offers, with its classification and where it came from."""

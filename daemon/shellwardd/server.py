@@ -33,6 +33,7 @@ from shellwardd.classifier import LiveRules
 from shellwardd.config import Config, Limits
 from shellwardd.errors import ShellwardError
 from shellwardd.requests import CommandRequest, ToolRequest
+from shellwardd.rulecheck import check_rule_files
 from shellwardd.runtime import Runtime
 
 log = logging.getLogger("shellwardd.server")
@@ -154,6 +155,12 @@ class ShellwardServicer(pb_grpc.ShellwardServicer):
         return pb.ReloadRulesResponse(
             ok=outcome.ok, error=outcome.error, rule_sources=list(outcome.sources)
         )
+
+    def CheckRules(
+        self, request: pb.CheckRulesRequest, context: grpc.ServicerContext
+    ) -> pb.CheckRulesResponse:
+        checks = check_rule_files(self._info.config, request.paths)
+        return pb.CheckRulesResponse(files=[_wire.rule_check_to_wire(c) for c in checks])
 
     def Classify(
         self, request: pb.ClassifyRequest, context: grpc.ServicerContext

@@ -601,3 +601,25 @@ class ToolInfo(_message.Message):
     changed: bool
     input_schema: _struct_pb2.Struct
     def __init__(self, name: _Optional[str] = ..., server: _Optional[str] = ..., description: _Optional[str] = ..., idempotency: _Optional[_Union[Idempotency, str]] = ..., replay_policy: _Optional[_Union[ReplayPolicy, str]] = ..., reason: _Optional[str] = ..., source: _Optional[str] = ..., trust: _Optional[str] = ..., needs_approval: _Optional[bool] = ..., changed: _Optional[bool] = ..., input_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+
+class CheckRulesRequest(_message.Message):
+    __slots__ = ("paths",)
+    PATHS_FIELD_NUMBER: _ClassVar[int]
+    paths: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, paths: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class CheckRulesResponse(_message.Message):
+    __slots__ = ("files",)
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    files: _containers.RepeatedCompositeFieldContainer[RuleFileCheck]
+    def __init__(self, files: _Optional[_Iterable[_Union[RuleFileCheck, _Mapping]]] = ...) -> None: ...
+
+class RuleFileCheck(_message.Message):
+    __slots__ = ("path", "layer", "problems")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    LAYER_FIELD_NUMBER: _ClassVar[int]
+    PROBLEMS_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    layer: str
+    problems: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, path: _Optional[str] = ..., layer: _Optional[str] = ..., problems: _Optional[_Iterable[str]] = ...) -> None: ...

@@ -99,6 +99,11 @@ class ShellwardStub:
                 request_serializer=shellward_dot_v1_dot_shellward__pb2.ListToolsRequest.SerializeToString,
                 response_deserializer=shellward_dot_v1_dot_shellward__pb2.ListToolsResponse.FromString,
                 _registered_method=True)
+        self.CheckRules = channel.unary_unary(
+                '/shellward.v1.Shellward/CheckRules',
+                request_serializer=shellward_dot_v1_dot_shellward__pb2.CheckRulesRequest.SerializeToString,
+                response_deserializer=shellward_dot_v1_dot_shellward__pb2.CheckRulesResponse.FromString,
+                _registered_method=True)
 
 
 class ShellwardServicer:
@@ -198,6 +203,14 @@ class ShellwardServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CheckRules(self, request, context):
+        """Checks rule files as the daemon would load them (its user file, a workspace's
+        repository file with that workspace's trust); nothing is reloaded.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ShellwardServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -265,6 +278,11 @@ def add_ShellwardServicer_to_server(servicer, server):
                     servicer.ListTools,
                     request_deserializer=shellward_dot_v1_dot_shellward__pb2.ListToolsRequest.FromString,
                     response_serializer=shellward_dot_v1_dot_shellward__pb2.ListToolsResponse.SerializeToString,
+            ),
+            'CheckRules': grpc.unary_unary_rpc_method_handler(
+                    servicer.CheckRules,
+                    request_deserializer=shellward_dot_v1_dot_shellward__pb2.CheckRulesRequest.FromString,
+                    response_serializer=shellward_dot_v1_dot_shellward__pb2.CheckRulesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -618,6 +636,33 @@ class Shellward:
             '/shellward.v1.Shellward/ListTools',
             shellward_dot_v1_dot_shellward__pb2.ListToolsRequest.SerializeToString,
             shellward_dot_v1_dot_shellward__pb2.ListToolsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CheckRules(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shellward.v1.Shellward/CheckRules',
+            shellward_dot_v1_dot_shellward__pb2.CheckRulesRequest.SerializeToString,
+            shellward_dot_v1_dot_shellward__pb2.CheckRulesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,86 @@
+"""`shellward ledger` and `shellward show`: the calls the daemon recorded."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from shellward import _render
+from shellward._render import Style
+
+from ._base import EXIT_OK, Commands, add_json, connect, error, find_call, positive, subparser
+
+LEDGER_EPILOG = """\
+Columns: local time, call id (first 8 characters; `shellward show` accepts them), status,
+exit status, verdict (idempotency/replay policy), command. Newest first. With --run, the
+verdict of each call that did not end cleanly also says what `shellward replay` would do
+(`conditional/ask → check`), as `shellward recover` explains.
+
+examples:
+  shellward ledger
+  shellward ledger --run r1 --limit 200
+  shellward ledger --json | jq '.[] | select(.status == "uncertain") | .call_id'
+"""
+
+
+def cmd_ledger(args: argparse.Namespace) -> int:
+    with connect(args) as client:
+        entries = client.list_calls(
+            run_id=args.run or "", limit=args.limit, omit_output=not args.json
+        )
+        actions = (
+            {item.call.call_id: item.action for item in client.recover(args.run)}
+            if args.run and entries and not args.json
+            else {}
+        )
+    if args.json:
+        print(_render.to_json(entries))
+    elif not entries:
+        where = f" for run {args.run!r}" if args.run else ""
+        error(f"no calls in the ledger{where} yet; run one with `shellward run -- CMD`")
+    else:
+        print(_render.ledger_table(entries, Style.for_stream(sys.stdout), actions))
+    return EXIT_OK
+
+
+def _add_ledger(commands: Commands) -> None:
+    ledger = subparser(commands, "ledger", cmd_ledger, "List recent calls.", LEDGER_EPILOG)
+    ledger.add_argument("--run", metavar="RUN_ID", help="only the calls of this run")
+    ledger.add_argument(
+        "--limit",
+        metavar="N",
+        type=positive(int),
+        default=50,
+        help="how many calls, newest first (default 50, at most 1000)",
+    )
+    add_json(ledger, "a JSON array of full entries")
+
+
+SHOW_EPILOG = """\
+CALL_ID is a full call id or a unique prefix of a recent one (as `shellward ledger` shows).
+
+examples:
+  shellward show 3f2a9c1e
+  shellward show 3f2a9c1e-0d4b-4c1e-9a57-2b8e61f0c3d2 --json | jq .file_effects
+"""
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    with connect(args) as client:
+        entry = find_call(client, args.call_id)
+    if args.json:
+        print(_render.to_json(entry))
+    else:
+        print(_render.entry_details(entry, Style.for_stream(sys.stdout)))
+    return EXIT_OK
+
+
+def _add_show(commands: Commands) -> None:
+    show = subparser(commands, "show", cmd_show, "Show everything about one call.", SHOW_EPILOG)
+    show.add_argument("call_id", metavar="CALL_ID", help="a call id, or a unique prefix of one")
+    add_json(show, "the full entry as JSON")
+
+
+def add(commands: Commands) -> None:
+    _add_ledger(commands)
+    _add_show(commands)

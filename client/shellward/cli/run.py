@@ -1,0 +1,91 @@
+"""`shellward run`: a command in the daemon's sandbox, its output streamed live."""
+
+from __future__ import annotations
+
+import argparse
+
+from ._base import (
+    Commands,
+    absolute_cwd,
+    add_identity,
+    add_json,
+    command_line,
+    connect,
+    env_pair,
+    identity,
+    positive,
+    subparser,
+)
+from ._results import report_stream
+
+RUN_EPILOG = """\
+The words after `--` form one command line: a single word is sent as is (so
+`shellward run -- 'ls | wc -l'` runs a pipeline); several words are joined with
+shlex.join (so `shellward run -- echo 'a b'` runs `echo 'a b'`).
+
+Output is streamed live, byte for byte, to this terminal's stdout and stderr (a call
+replayed from the ledger shows the output it recorded); then one summary line (call id,
+status, code, exit, verdict) goes to stderr.
+
+exit status:
+  the command's own    when it ran and exited
+  0                    also when its changes were already applied (ALREADY_APPLIED)
+  124                  it was killed at its time limit
+  125                  it has no exit status for another reason: refused replay, needs
+                       approval, sandbox error, daemon shut down (the summary says which)
+  1 / 2                shellward itself failed / bad command line
+
+examples:
+  shellward run -- ls -la
+  shellward run --timeout 600 -- npm test
+  shellward run --run-id r1 --step-id s3 -- 'git status && git diff'
+  shellward run --json -- make build | jq .metadata.call_id
+"""
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    run_id, step_id = identity(args)
+    command = command_line(args.command, "run")
+    with connect(args) as client:
+        events = client.stream_command(
+            command,
+            cwd=absolute_cwd(args.cwd),
+            run_id=run_id,
+            step_id=step_id,
+            timeout=args.timeout,
+            env=dict(args.env or ()),
+            network=args.network,
+        )
+        return report_stream(client, events, args.json)
+
+
+def _add_run(commands: Commands) -> None:
+    run = subparser(commands, "run", cmd_run, "Run a command in the daemon's sandbox.", RUN_EPILOG)
+    run.add_argument("--cwd", metavar="DIR", help="working directory (default: the current one)")
+    add_identity(run)
+    run.add_argument(
+        "--timeout",
+        metavar="SECONDS",
+        type=positive(float),
+        help="kill the command after this long (default: the daemon's)",
+    )
+    run.add_argument(
+        "--env",
+        metavar="K=V",
+        type=env_pair,
+        action="append",
+        help="set an environment variable for the command; repeatable",
+    )
+    run.add_argument(
+        "--network",
+        action="store_true",
+        help="ask for network access (the verdict and rules decide)",
+    )
+    add_json(run, "no live output: print the structured result as JSON")
+    run.add_argument(
+        "command", nargs=argparse.REMAINDER, metavar="-- CMD…", help="the command line to run"
+    )
+
+
+def add(commands: Commands) -> None:
+    _add_run(commands)
