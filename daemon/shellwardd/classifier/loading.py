@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from shellward.types import CommandPart, Idempotency, ReplayPolicy
+from shellwardd.tomlfile import read_text
 
 from .classifier import classify_with
 from .rules import Rule, RuleFileError, parse_rule_file
@@ -94,10 +95,7 @@ def check_rule_file(path: Path) -> list[str]:
 
 
 def _read(path: Path, source: str) -> tuple[list[Rule], str]:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RuleFileError(str(path), 1, f"cannot read the rule file: {exc}") from exc
+    text = read_text(path, RuleFileError, "rule file")
     return parse_rule_file(text, str(path), source), text
 
 

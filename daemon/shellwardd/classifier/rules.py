@@ -1,21 +1,20 @@
-"""Rule files: the dataclasses, and TOML parsing with ``file:line`` errors.
+"""Rule files: the dataclasses, and reading them with ``file:line`` errors.
 
-tomllib gives no positions, so line numbers come from the raw text: the n-th ``[[rule]]``
-header line belongs to the n-th rule, and a field's line is the first line inside that
-rule's block that starts with the field name (an example's line is the line holding its
-text). See rules/README.md for the format.
+The file is read by ``shellwardd.tomlfile`` (lines of tables and keys, the deprecated
+``replay_policy`` spelling of ``replay``); this module checks each rule's fields. See
+rules/README.md for the format.
 """
 
 from __future__ import annotations
 
 import enum
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NoReturn
 
 from shellward.types import ArgumentKind, Idempotency, ReplayPolicy
+from shellwardd.tomlfile import Block, TomlFile
 
 
 class RuleFileError(Exception):
@@ -127,54 +126,34 @@ _CONDITION_FIELDS = _VERDICT_FIELDS | {
     "flags", "unless_flags", "values", "unless_values", "min_args", "arg_regex", "args",
     "match", "not_match",
 }  # fmt: skip
-_HEADER = re.compile(r"^\s*\[\[\s*rule\s*\]\]\s*(?:#.*)?$")
-_TOML_LINE = re.compile(r"at line (\d+)")
-
-
-class _Lines:
-    """Finds the line of a rule, a field or an example in the raw text."""
-
-    def __init__(self, text: str) -> None:
-        self.lines = text.splitlines()
-        self.headers = [n + 1 for n, line in enumerate(self.lines) if _HEADER.match(line)]
-
-    def block(self, index: int) -> tuple[int, int]:
-        start = self.headers[index]
-        end = self.headers[index + 1] if index + 1 < len(self.headers) else len(self.lines) + 1
-        return start, end
-
-    def find(self, block: tuple[int, int], needle: str, *, key: bool = False) -> int:
-        start, end = block
-        for n in range(start, end):
-            line = self.lines[n - 1]
-            if line.lstrip().startswith(needle) if key else needle in line:
-                return n
-        return start
 
 
 class _Reader:
     """Reads one rule table with type checks; every problem is a RuleFileError."""
 
-    def __init__(self, path: str, lines: _Lines, block: tuple[int, int], table: Any) -> None:
-        self.path = path
-        self.lines = lines
+    def __init__(self, file: TomlFile, block: Block, table: Any) -> None:
+        self.file = file
         self.block = block
         if not isinstance(table, dict):
-            self.fail(block[0], "a rule must be a table")
-        self.table: dict[str, Any] = table
+            self.fail(block.start, "a rule must be a table")
+        self.table: dict[str, Any] = file.take_renamed(block, table)
 
-    def fail(self, line: int, message: str) -> RuleFileError:
-        raise RuleFileError(self.path, line, message)
+    @property
+    def path(self) -> str:
+        return self.file.path
+
+    def fail(self, line: int, message: str) -> NoReturn:
+        self.file.fail(line, message)
 
     def line_of(self, key: str) -> int:
-        return self.lines.find(self.block, key, key=True)
+        return self.file.key_line(self.block, key)
 
     def check_fields(self, allowed: set[str], what: str, line: int) -> None:
         for key in self.table:
             if key not in allowed:
                 known = ", ".join(sorted(allowed))
                 self.fail(
-                    self.lines.find(self.block, key, key=True) if line == 0 else line,
+                    self.line_of(key) if line == 0 else line,
                     f"unknown field `{key}` in {what}; known fields: {known}",
                 )
 
@@ -212,7 +191,6 @@ class _Reader:
         except ValueError:
             choices = ", ".join(m.value for m in cls)
             self.fail(line or self.line_of(key), f"invalid `{key}` {value!r}: use one of {choices}")
-            raise  # unreachable: fail() raises
 
     def regex(self, key: str, line: int) -> re.Pattern[str] | None:
         value = self.get(key, str, None, line)
@@ -222,28 +200,14 @@ class _Reader:
             return re.compile(value)
         except re.error as exc:
             self.fail(line or self.line_of(key), f"invalid `{key}`: {exc}")
-            raise
 
 
 def parse_rule_file(text: str, path: str, source: str) -> list[Rule]:
     """Parse one rule file; raise RuleFileError on anything wrong with it (not examples)."""
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        found = _TOML_LINE.search(str(exc))
-        line = int(found.group(1)) if found else 1
-        raise RuleFileError(path, line, f"invalid TOML: {exc}") from exc
-    for key in data:
-        if key != "rule":
-            raise RuleFileError(path, 1, f"unknown top-level key `{key}`; write rules as [[rule]]")
-    tables = data.get("rule", [])
-    lines = _Lines(text)
-    if not isinstance(tables, list) or len(tables) != len(lines.headers):
-        raise RuleFileError(
-            path, 1, "write each rule as its own `[[rule]]` table (one header line per rule)"
-        )
+    file = TomlFile(path, text, RuleFileError)
+    file.check_top_level(("rule",), "write rules as [[rule]]")
     rules = [
-        _read_rule(_Reader(path, lines, lines.block(n), t), source) for n, t in enumerate(tables)
+        _read_rule(_Reader(file, block, table), source) for block, table in file.tables("rule")
     ]
     seen: dict[str, Rule] = {}
     for rule in rules:
@@ -330,7 +294,6 @@ def _role(r: _Reader, name: str) -> Role:
             r.line_of("first_args"),
             f"invalid role {name!r}: use one of " + ", ".join(m.value for m in Role),
         )
-        raise
 
 
 def _reason(r: _Reader, line: int) -> str:
@@ -345,10 +308,10 @@ def _read_condition(r: _Reader, rule: Rule, index: int, table: Any) -> Condition
     starts = [
         n
         for n in range(*r.block)
-        if re.match(r"\s*(\{|\[\[rule\.when\]\]|when\s*=)", r.lines.lines[n - 1])
+        if re.match(r"\s*(\{|\[\[rule\.when\]\]|when\s*=)", r.file.lines[n - 1])
     ]
     line = starts[index] if index < len(starts) else r.line_of("when")
-    sub = _Reader(r.path, r.lines, r.block, table)
+    sub = _Reader(r.file, r.block, table)
     sub.check_fields(_CONDITION_FIELDS, "a `when` condition", line)
     flags = sub.strings("flags", line)
     unless_flags = sub.strings("unless_flags", line)

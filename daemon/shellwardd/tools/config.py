@@ -14,7 +14,7 @@
     server = "business"
     name = "create_issue"
     idempotency = "non_idempotent"         # pins; each optional
-    replay_policy = "never"
+    replay = "never"                       # (`replay_policy`, its old spelling, still works)
     approval = true
     key_argument = "idempotency_key"       # where the runtime passes the key
     object_argument = "repo"               # the business object's id, for {object}
@@ -31,7 +31,6 @@ from __future__ import annotations
 import enum
 import ipaddress
 import re
-import tomllib
 import types
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -41,21 +40,20 @@ from urllib.parse import urlsplit
 
 from shellward.types import Idempotency, ReplayPolicy
 from shellwardd.errors import ConfigError
+from shellwardd.tomlfile import Block, TomlFile, read_text
 
 from .keys import KeyScope, default_template, template_problem
 
 DEFAULT_TIMEOUT_SECONDS = 60.0
 
 _NAME = re.compile(r"[A-Za-z0-9_-]+")
-_HEADER = re.compile(r"^\s*\[\[\s*(server|tool)\s*\]\]\s*(#.*)?$")
-_TOML_LINE = re.compile(r"at line (\d+)")
 
 _SERVER_FIELDS = ("name", "command", "url", "trust", "env", "timeout_seconds")
 _TOOL_FIELDS = (
     "server",
     "name",
     "idempotency",
-    "replay_policy",
+    "replay",
     "approval",
     "key_template",
     "key_argument",
@@ -124,35 +122,13 @@ class ToolsConfig:
 
 def load_tools_config(path: Path) -> ToolsConfig:
     """Read and validate the file; ToolConfigError names the file and line of any problem."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ToolConfigError(str(path), 1, f"cannot read the tool configuration: {exc}") from exc
-    return parse_tools_config(text, str(path))
+    return parse_tools_config(read_text(path, ToolConfigError, "tool configuration"), str(path))
 
 
 def parse_tools_config(text: str, path: str) -> ToolsConfig:
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        found = _TOML_LINE.search(str(exc))
-        # tomllib names a line, except for "at end of document".
-        line = int(found.group(1)) if found else max(1, len(text.splitlines()))
-        raise ToolConfigError(path, line, f"invalid TOML: {exc}") from exc
-    lines = text.splitlines()
-    for key in data:
-        if key not in ("server", "tool"):
-            raise ToolConfigError(
-                path,
-                _line_of_top_key(lines, key),
-                f"unknown top-level key `{key}`; write [[server]] and [[tool]] tables",
-            )
-    headers = [(n + 1, m.group(1)) for n, line in enumerate(lines) if (m := _HEADER.match(line))]
-    blocks: dict[str, list[tuple[int, int]]] = {"server": [], "tool": []}
-    for index, (start, kind) in enumerate(headers):
-        end = headers[index + 1][0] - 1 if index + 1 < len(headers) else len(lines)
-        blocks[kind].append((start, end))
-    servers = _tables(data, "server", blocks["server"], path, lines, _read_server)
+    file = TomlFile(path, text, ToolConfigError)
+    file.check_top_level(("server", "tool"), "write [[server]] and [[tool]] tables")
+    servers = [_read_server(_Table(file, *found)) for found in file.tables("server")]
     seen: dict[str, ServerConfig] = {}
     for server in servers:
         if server.name in seen:
@@ -163,7 +139,7 @@ def parse_tools_config(text: str, path: str) -> ToolsConfig:
                 " give each server its own name",
             )
         seen[server.name] = server
-    pins = _tables(data, "tool", blocks["tool"], path, lines, _read_pin)
+    pins = [_read_pin(_Table(file, *found)) for found in file.tables("tool")]
     pinned: dict[tuple[str, str], ToolPin] = {}
     for pin in pins:
         if pin.server not in seen:
@@ -185,31 +161,6 @@ def parse_tools_config(text: str, path: str) -> ToolsConfig:
     return ToolsConfig(tuple(servers), tuple(pins), path)
 
 
-def _tables(
-    data: dict[str, Any],
-    kind: str,
-    blocks: list[tuple[int, int]],
-    path: str,
-    lines: list[str],
-    read: Any,
-) -> list[Any]:
-    tables = data.get(kind, [])
-    if not isinstance(tables, list) or len(tables) != len(blocks):
-        raise ToolConfigError(
-            path,
-            blocks[0][0] if blocks else _line_of_top_key(lines, kind),
-            f"write each {kind} as its own `[[{kind}]]` table, one header line each",
-        )
-    return [
-        read(_Table(path, lines, block, table)) for block, table in zip(blocks, tables, strict=True)
-    ]
-
-
-def _line_of_top_key(lines: list[str], key: str) -> int:
-    pattern = re.compile(rf"^\s*\[*\s*{re.escape(key)}\b")
-    return next((n + 1 for n, line in enumerate(lines) if pattern.match(line)), 1)
-
-
 def _origin_line(origin: str) -> int:
     return int(origin.rsplit(":", 1)[1])
 
@@ -217,23 +168,18 @@ def _origin_line(origin: str) -> int:
 class _Table:
     """One [[server]] or [[tool]] table, with the lines it spans for error messages."""
 
-    def __init__(
-        self, path: str, lines: list[str], block: tuple[int, int], table: dict[str, Any]
-    ) -> None:
-        self.path = path
-        self.lines = lines
-        self.start, self.end = block
-        self.table = table
+    def __init__(self, file: TomlFile, block: Block, table: dict[str, Any]) -> None:
+        self.file = file
+        self.path = file.path
+        self.start = block.start
+        self.block = block
+        self.table = file.take_renamed(block, table)
 
     def line_of(self, key: str) -> int:
-        pattern = re.compile(rf"^\s*(\[\s*\w+\.)?{re.escape(key)}\b")
-        for n in range(self.start, self.end):
-            if pattern.match(self.lines[n]):
-                return n + 1
-        return self.start
+        return self.file.key_line(self.block, key)
 
     def fail(self, key: str | None, message: str) -> NoReturn:
-        raise ToolConfigError(self.path, self.line_of(key) if key else self.start, message)
+        self.file.fail(self.line_of(key) if key else self.start, message)
 
     def check_fields(self, known: tuple[str, ...], what: str) -> None:
         for key in self.table:
@@ -343,7 +289,7 @@ def _read_pin(t: _Table) -> ToolPin:
         server=server,
         name=name,
         idempotency=t.enum("idempotency", Idempotency),
-        replay_policy=t.enum("replay_policy", ReplayPolicy),
+        replay_policy=t.enum("replay", ReplayPolicy),
         approval=approval,
         key_template=template,
         key_argument=key_argument,
