@@ -49,7 +49,14 @@ def check_rule_files(config: Config, paths: Sequence[str]) -> list[RuleFileCheck
 def _check_path(config: Config, path: str) -> RuleFileCheck:
     if "\0" in path or not os.path.isabs(path):
         return _refused(path, RuleLayer.NOT_READ, "give the rule file as an absolute path")
-    resolved = Path(os.path.realpath(path))
+    try:
+        return _check_resolved(config, path, Path(os.path.realpath(path)))
+    except OSError as exc:  # a name too long, a directory we may not search, …
+        return _refused(path, RuleLayer.NOT_READ, f"cannot read the rule file: {exc}")
+
+
+def _check_resolved(config: Config, path: str, resolved: Path) -> RuleFileCheck:
+    # Resolved first: a link inside a workspace that points out of it is outside.
     if config.user_rules is not None and resolved == Path(os.path.realpath(config.user_rules)):
         return _check_user(config, path)
     root = next((w for w in config.workspaces if w == resolved or w in resolved.parents), None)
@@ -58,7 +65,7 @@ def _check_path(config: Config, path: str) -> RuleFileCheck:
             return _refused(path, _repo_layer(config, root), "no such file")
         if resolved == Path(os.path.realpath(root / REPO_RULES)):
             return _check_repo(config, root, path)
-        return _check_draft(config, root, path)
+        return _check_draft(config, root, path, resolved)
     user = str(config.user_rules) if config.user_rules is not None else "none"
     roots = ", ".join(str(root) for root in config.workspaces)
     return _refused(
@@ -85,12 +92,12 @@ def _check_repo(config: Config, root: Path, shown: str) -> RuleFileCheck:
     )
 
 
-def _check_draft(config: Config, root: Path, shown: str) -> RuleFileCheck:
+def _check_draft(config: Config, root: Path, shown: str, resolved: Path) -> RuleFileCheck:
     with tempfile.TemporaryDirectory(prefix="shellward-rules-check-") as stand_in:
         copy = Path(stand_in) / REPO_RULES
         copy.parent.mkdir()
         try:
-            shutil.copyfile(shown, copy)
+            shutil.copyfile(resolved, copy)
         except OSError as exc:
             return _refused(shown, _repo_layer(config, root), f"cannot read the rule file: {exc}")
         trusted = tuple(

@@ -157,6 +157,15 @@ def test_files_outside_the_workspaces_are_not_read(
     outcome = check(str(outside))
     assert outcome.code == 1
     assert outcome.out.startswith(f"{outside}: the daemon does not read this file")
+    # A link inside a workspace that points out of it is outside too.
+    link = setup.cloned / "escape.toml"
+    link.symlink_to(outside)
+    try:
+        escaped = check(str(link))
+    finally:
+        link.unlink()
+    assert escaped.code == 1
+    assert escaped.out.startswith(f"{link}: the daemon does not read this file")
 
 
 def test_without_files_every_file_the_daemon_loads(
