@@ -55,7 +55,7 @@ def cmd_answer(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _add_approvals(commands: Commands) -> None:
+def add(commands: Commands) -> None:
     approvals = subparser(
         commands, "approvals", cmd_approvals, "List calls waiting for approval.", APPROVALS_EPILOG
     )
@@ -70,7 +70,3 @@ def _add_approvals(commands: Commands) -> None:
             "call_id", metavar="CALL_ID", help="a pending call's id, or a unique prefix of one"
         )
         answer.add_argument("--reason", metavar="TEXT", help="why; kept in the call's history")
-
-
-def add(commands: Commands) -> None:
-    _add_approvals(commands)

@@ -35,7 +35,7 @@ def cmd_classify(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _add_classify(commands: Commands) -> None:
+def add(commands: Commands) -> None:
     classify = subparser(
         commands,
         "classify",
@@ -54,7 +54,3 @@ def _add_classify(commands: Commands) -> None:
     classify.add_argument(
         "command", nargs=argparse.REMAINDER, metavar="CMD…", help="the command line to classify"
     )
-
-
-def add(commands: Commands) -> None:
-    _add_classify(commands)

@@ -70,7 +70,7 @@ def cmd_rules_reload(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _add_rules(commands: Commands) -> None:
+def add(commands: Commands) -> None:
     rules = subparser(
         commands,
         "rules",
@@ -102,7 +102,3 @@ def _rules_without_action(args: argparse.Namespace) -> int:
     raise UsageError(
         "say what to do with the rules: `shellward rules check [FILE…]` or `shellward rules reload`"
     )
-
-
-def add(commands: Commands) -> None:
-    _add_rules(commands)

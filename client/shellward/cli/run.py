@@ -59,7 +59,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return report_stream(client, events, args.json)
 
 
-def _add_run(commands: Commands) -> None:
+def add(commands: Commands) -> None:
     run = subparser(commands, "run", cmd_run, "Run a command in the daemon's sandbox.", RUN_EPILOG)
     run.add_argument("--cwd", metavar="DIR", help="working directory (default: the current one)")
     add_identity(run)
@@ -85,7 +85,3 @@ def _add_run(commands: Commands) -> None:
     run.add_argument(
         "command", nargs=argparse.REMAINDER, metavar="-- CMD…", help="the command line to run"
     )
-
-
-def add(commands: Commands) -> None:
-    _add_run(commands)

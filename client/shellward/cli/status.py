@@ -29,10 +29,6 @@ def cmd_status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _add_status(commands: Commands) -> None:
+def add(commands: Commands) -> None:
     status = subparser(commands, "status", cmd_status, "Show the daemon's state.", STATUS_EPILOG)
     add_json(status, "the status as JSON")
-
-
-def add(commands: Commands) -> None:
-    _add_status(commands)
