@@ -30,7 +30,6 @@ from shellward.types import (
     ToolInfo,
     Verdict,
 )
-from shellward.v1 import shellward_pb2_grpc as pb_grpc
 
 _T = TypeVar("_T")
 
@@ -38,17 +37,8 @@ _T = TypeVar("_T")
 class AsyncClient(BaseClient):
     """``async with AsyncClient() as client: await client.run_command("ls")``."""
 
-    def __init__(
-        self,
-        socket: PathLike = None,
-        *,
-        address: str | None = None,
-        token: str | None = None,
-        rpc_timeout: float | None = 30.0,
-    ) -> None:
-        super().__init__(socket, address=address, token=token, rpc_timeout=rpc_timeout)
-        self._channel = grpc.aio.insecure_channel(self.target)
-        self._stub = pb_grpc.ShellwardStub(self._channel)
+    def _open_channel(self, target: str) -> grpc.aio.Channel:
+        return grpc.aio.insecure_channel(target)
 
     async def close(self) -> None:
         await self._channel.close()

@@ -28,7 +28,6 @@ from shellward.types import (
     ToolInfo,
     Verdict,
 )
-from shellward.v1 import shellward_pb2_grpc as pb_grpc
 
 _T = TypeVar("_T")
 
@@ -40,17 +39,8 @@ class Client(BaseClient):
     ``Client(address="127.0.0.1:7433", token=...)`` to a TCP listener.
     """
 
-    def __init__(
-        self,
-        socket: PathLike = None,
-        *,
-        address: str | None = None,
-        token: str | None = None,
-        rpc_timeout: float | None = 30.0,
-    ) -> None:
-        super().__init__(socket, address=address, token=token, rpc_timeout=rpc_timeout)
-        self._channel = grpc.insecure_channel(self.target)
-        self._stub = pb_grpc.ShellwardStub(self._channel)
+    def _open_channel(self, target: str) -> grpc.Channel:
+        return grpc.insecure_channel(target)
 
     def close(self) -> None:
         self._channel.close()

@@ -15,9 +15,11 @@ import shlex
 import sys
 from collections.abc import Callable, Sequence
 
+from shellward import _render
 from shellward._client import Client
 from shellward._exceptions import NotFound, ShellwardError
 from shellward._paths import default_socket_path
+from shellward._render import Style
 from shellward.types import LedgerEntry
 
 EXIT_OK = 0
@@ -127,6 +129,18 @@ def positive(kind: Callable[[str], float]) -> Callable[[str], float]:
 
 
 # --- helpers ------------------------------------------------------------------------------
+
+
+def answer(as_json: bool, value: object, text: Callable[[Style], str], *, empty: str = "") -> int:
+    """Print ``value`` as JSON, or as ``text`` renders it for stdout. ``empty``: the sentence
+    for stderr when there is nothing to show (as JSON, an empty list is shown as is)."""
+    if as_json:
+        print(_render.to_json(value))
+    elif empty and not value:
+        error(empty)
+    else:
+        print(text(Style.for_stream(sys.stdout)))
+    return EXIT_OK
 
 
 def connect(args: argparse.Namespace) -> Client:

@@ -8,7 +8,7 @@ import sys
 from shellward import _render
 from shellward._render import Style
 
-from ._base import EXIT_OK, Commands, add_json, connect, error, find_call, subparser
+from ._base import EXIT_OK, Commands, add_json, answer, connect, find_call, subparser
 
 APPROVALS_EPILOG = """\
 Calls waiting for a human: a rule asked for approval before a first run (NEEDS_APPROVAL), or
@@ -25,13 +25,12 @@ examples:
 def cmd_approvals(args: argparse.Namespace) -> int:
     with connect(args) as client:
         pending = client.approvals()
-    if args.json:
-        print(_render.to_json(pending))
-    elif not pending:
-        error("no calls are waiting for approval")
-    else:
-        print(_render.approvals_table(pending, Style.for_stream(sys.stdout)))
-    return EXIT_OK
+    return answer(
+        args.json,
+        pending,
+        lambda style: _render.approvals_table(pending, style),
+        empty="no calls are waiting for approval",
+    )
 
 
 ANSWER_EPILOG = """\

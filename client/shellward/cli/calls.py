@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from shellward import _render
-from shellward._render import Style
 
-from ._base import EXIT_OK, Commands, add_json, connect, error, find_call, positive, subparser
+from ._base import (
+    Commands,
+    add_json,
+    answer,
+    connect,
+    find_call,
+    positive,
+    subparser,
+)
 
 LEDGER_EPILOG = """\
 Columns: local time, call id (first 8 characters; `shellward show` accepts them), status,
@@ -33,14 +39,13 @@ def cmd_ledger(args: argparse.Namespace) -> int:
             if args.run and entries and not args.json
             else {}
         )
-    if args.json:
-        print(_render.to_json(entries))
-    elif not entries:
-        where = f" for run {args.run!r}" if args.run else ""
-        error(f"no calls in the ledger{where} yet; run one with `shellward run -- CMD`")
-    else:
-        print(_render.ledger_table(entries, Style.for_stream(sys.stdout), actions))
-    return EXIT_OK
+    where = f" for run {args.run!r}" if args.run else ""
+    return answer(
+        args.json,
+        entries,
+        lambda style: _render.ledger_table(entries, style, actions),
+        empty=f"no calls in the ledger{where} yet; run one with `shellward run -- CMD`",
+    )
 
 
 def _add_ledger(commands: Commands) -> None:
@@ -68,11 +73,7 @@ examples:
 def cmd_show(args: argparse.Namespace) -> int:
     with connect(args) as client:
         entry = find_call(client, args.call_id)
-    if args.json:
-        print(_render.to_json(entry))
-    else:
-        print(_render.entry_details(entry, Style.for_stream(sys.stdout)))
-    return EXIT_OK
+    return answer(args.json, entry, lambda style: _render.entry_details(entry, style))
 
 
 def _add_show(commands: Commands) -> None:

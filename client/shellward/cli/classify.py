@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from shellward import _render
-from shellward._render import Style
 
-from ._base import EXIT_OK, Commands, absolute_cwd, add_json, command_line, connect, subparser
+from ._base import (
+    Commands,
+    absolute_cwd,
+    add_json,
+    answer,
+    command_line,
+    connect,
+    subparser,
+)
 
 CLASSIFY_EPILOG = """\
 CMD is joined like `shellward run` does: one word as is, several with shlex.join.
@@ -25,14 +31,8 @@ def cmd_classify(args: argparse.Namespace) -> int:
     command = command_line(args.command, "classify")
     with connect(args) as client:
         verdict = client.classify(command, cwd=absolute_cwd(args.cwd))
-    style = Style.for_stream(sys.stdout)
-    if args.json:
-        print(_render.to_json(verdict))
-    elif args.explain:
-        print(_render.explain(verdict, style))
-    else:
-        print(_render.verdict_text(verdict, style))
-    return EXIT_OK
+    text = _render.explain if args.explain else _render.verdict_text
+    return answer(args.json, verdict, lambda style: text(verdict, style))
 
 
 def add(commands: Commands) -> None:

@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from shellward import _render
-from shellward._render import Style
 from shellward.types import CallStatus
 
 from ._base import (
-    EXIT_OK,
     Commands,
     UsageError,
     add_identity,
     add_json,
+    answer,
     connect,
     error,
     find_call,
@@ -109,13 +107,12 @@ examples:
 def cmd_recover(args: argparse.Namespace) -> int:
     with connect(args) as client:
         items = client.recover(args.run_id)
-    if args.json:
-        print(_render.to_json(items))
-    elif not items:
-        error(f"nothing to recover in run {args.run_id!r}: no step of it is left unfinished")
-    else:
-        print(_render.recovery_table(items, Style.for_stream(sys.stdout)))
-    return EXIT_OK
+    return answer(
+        args.json,
+        items,
+        lambda style: _render.recovery_table(items, style),
+        empty=f"nothing to recover in run {args.run_id!r}: no step of it is left unfinished",
+    )
 
 
 def _add_recover(commands: Commands) -> None:

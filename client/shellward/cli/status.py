@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from shellward import _render
-from shellward._render import Style
 
-from ._base import EXIT_OK, Commands, add_json, connect, subparser
+from ._base import Commands, add_json, answer, connect, subparser
 
 STATUS_EPILOG = """\
 Exits 1 with a hint when no daemon answers (start one with `make serve`).
@@ -22,11 +20,7 @@ examples:
 def cmd_status(args: argparse.Namespace) -> int:
     with connect(args) as client:
         status = client.status()
-    if args.json:
-        print(_render.to_json(status))
-    else:
-        print(_render.status_text(status, Style.for_stream(sys.stdout)))
-    return EXIT_OK
+    return answer(args.json, status, lambda style: _render.status_text(status, style))
 
 
 def add(commands: Commands) -> None:

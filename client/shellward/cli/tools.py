@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any
 
 from shellward import _render
 from shellward._client import Client
 from shellward._exceptions import NotFound
-from shellward._render import Style
 from shellward.types import Code, CommandResult, OutputChunk, Stream
 
 from ._base import (
@@ -24,6 +22,7 @@ from ._base import (
     absolute_cwd,
     add_identity,
     add_json,
+    answer,
     connect,
     env_pair,
     error,
@@ -49,11 +48,11 @@ examples:
 def cmd_tools(args: argparse.Namespace) -> int:
     with connect(args) as client:
         tools = client.list_tools()
-    if args.json:
-        print(_render.to_json([_render.tool_jsonable(tool) for tool in tools]))
-    else:
-        print(_render.tools_table(tools, Style.for_stream(sys.stdout)))
-    return EXIT_OK
+    return answer(
+        args.json,
+        [_render.tool_jsonable(tool) for tool in tools],
+        lambda style: _render.tools_table(tools, style),
+    )
 
 
 def _add_tools(commands: Commands) -> None:
