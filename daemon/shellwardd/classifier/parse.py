@@ -13,6 +13,7 @@ from typing import Any
 
 import bashlex
 
+from .braces import expand_word, has_braces
 from .lex import Prepared, prepare
 
 # Redirection operators that open their target for writing.
@@ -114,6 +115,8 @@ class _Walker:
         self.findings.append(Finding(self.span(pos), reason))
 
     def run(self) -> None:
+        for start, end, why in self.prepared.doubts:
+            self.fail((start, end), why)
         try:
             trees = bashlex.parse(self.prepared.text)
         except Exception as exc:  # bashlex raises many kinds; all of them mean "unparsed"
@@ -161,7 +164,7 @@ class _Walker:
         redirects: list[Redirect] = []
         for part in node.parts:
             if part.kind == "word":
-                words.append(self.word(part, context))
+                words.extend(self.expanded(self.word(part, context), part.pos))
             elif part.kind == "assignment":
                 assignments.append(self.word(part, context))
             elif part.kind == "redirect":
@@ -189,6 +192,18 @@ class _Walker:
                 dynamic = "a command substitution"
                 self.walk(part.command, join_context(context, label), ())
         return Word(node.word, self.span(node.pos), dynamic)
+
+    def expanded(self, word: Word, pos: tuple[int, int]) -> list[Word]:
+        """The words bash makes of ``word`` by brace expansion (usually just ``word``)."""
+        raw = self.text[pos[0] : pos[1]]
+        if not has_braces(raw):
+            return [word]
+        texts = expand_word(raw)
+        if texts is None:
+            return [
+                Word(word.text, word.span, word.dynamic or "a brace expansion too large to read")
+            ]
+        return [Word(text, word.span, word.dynamic) for text in texts]
 
     def redirect(self, node: Any, context: str) -> Redirect:
         target = node.output
