@@ -14,6 +14,7 @@ from typing import Any
 import bashlex
 
 from .braces import expand_word, has_braces
+from .crosscheck import disagreement
 from .lex import Prepared, prepare
 
 # Redirection operators that open their target for writing.
@@ -105,6 +106,8 @@ class _Walker:
     findings: list[Finding] = field(default_factory=list)
     functions: set[str] = field(default_factory=set)
     substitutions: set[int] = field(default_factory=set)
+    # Word offsets in ``text`` of every simple command, for the second parser's check.
+    local: list[tuple[tuple[int, int], ...]] = field(default_factory=list)
 
     def span(self, pos: tuple[int, int]) -> tuple[int, int]:
         if self.base is None:
@@ -132,6 +135,10 @@ class _Walker:
                     f"the parser did not see the substitution `{snippet}`"
                     " (inside `${…}` or an unquoted here-document)",
                 )
+        if not self.findings:
+            found = disagreement(self.text, self.local)
+            if found is not None:
+                self.fail((found[0], found[1]), found[2])
 
     def walk(self, node: Any, context: str, redirects: tuple[Redirect, ...]) -> None:
         kind = node.kind
@@ -162,13 +169,16 @@ class _Walker:
         words: list[Word] = []
         assignments: list[Word] = []
         redirects: list[Redirect] = []
+        local: list[tuple[int, int]] = []
         for part in node.parts:
             if part.kind == "word":
                 words.extend(self.expanded(self.word(part, context), part.pos))
+                local.append(part.pos)
             elif part.kind == "assignment":
                 assignments.append(self.word(part, context))
             elif part.kind == "redirect":
                 redirects.append(self.redirect(part, context))
+        self.local.append(tuple(local))
         self.commands.append(
             SimpleCommand(
                 tuple(words),
