@@ -156,8 +156,12 @@ def _commands(root: Node, data: bytes) -> Iterator[list[tuple[int, int]]]:
 
 def _command_words(node: Node) -> list[Node]:
     words: list[Node] = []
+    # In `export A=1` the assignment is an argument of the builtin.
+    declaration = node.type != "command"
     for child in node.children:
-        named_word = child.is_named and child.type not in _NOT_WORDS
+        named_word = child.is_named and (
+            child.type not in _NOT_WORDS or (declaration and child.type == "variable_assignment")
+        )
         if named_word or child.type == "command_name" or child.type in _DECLARATION_KEYWORDS:
             words.append(child)
     if node.type == "command" and words and words[0].text == b"time":

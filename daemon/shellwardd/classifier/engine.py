@@ -51,6 +51,9 @@ _EVALUATING = frozenset(
 _DECLARING = frozenset({"declare", "typeset", "local", "export", "readonly"})
 _NAMING = frozenset({"read", "mapfile", "readarray", "getopts"})
 _VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Shells and `source`: with no script file and no -c they run whatever their input holds.
+_SHELLS = frozenset({"bash", "sh", "zsh", "dash", "ksh", "source", "."})
+_STDIN_FILES = ("/dev/", "/proc/")
 # bash opens these paths as network connections in redirections.
 _NETWORK_PATHS = ("/dev/tcp/", "/dev/udp/")
 # Expansions whose value cannot start with `-`: an absolute path, a number, a commit id or a
@@ -231,6 +234,11 @@ class Analyzer:
         self.functions |= parsed.functions
         for finding in parsed.findings:
             self.fail(finding.span, context, finding.reason)
+        for variable in parsed.loop_variables:
+            j = _Judgement(Idempotency.IDEMPOTENT, ReplayPolicy.AUTO, "", "classifier:assignment")
+            self._hijack(j, variable.text)
+            if j.reason:  # only a loop over a variable that changes programs is a part
+                self._append(j, (), "", "", variable.span, join_context(context, "for loop"))
         if parsed.findings:
             self._fallback(text, context, base, fallback)
         for cmd in parsed.commands:
@@ -359,7 +367,12 @@ class Analyzer:
             judgement, resolved = self._judge_program(words, texts, appended)
             self._builtin_effects(judgement, words, texts)
         if cmd is not None:
-            self._environment(judgement, cmd.assignments)
+            # `IFS=, read a b` only changes how that builtin splits its input.
+            splits = texts[:1] in (["read"], ["mapfile"], ["readarray"])
+            self._environment(
+                judgement,
+                [w for w in cmd.assignments if not (splits and w.text.startswith("IFS="))],
+            )
             self._redirects(judgement, cmd.redirects)
         self._escalate(judgement)
         span = cmd.span if cmd is not None else (words[0].span[0], words[-1].span[1])
@@ -719,9 +732,10 @@ class Analyzer:
                     j.raise_to(
                         *NEVER,
                         f"`{name} {text}` makes a name reference: assignments through it set a "
-                        "variable the classifier cannot follow",
+                        "variable the classifier cannot follow; " + UNKNOWN_PROGRAM,
                     )
                     j.rule_id = "classifier:environment"
+                    j.network = j.approval = True
                 elif "=" in text:
                     self._hijack(j, text)
         elif name in _NAMING:
@@ -735,6 +749,12 @@ class Analyzer:
             for k in range(1, len(texts) - 1):
                 if texts[k] == "-v":
                     self._sets(j, variable_name(texts[k + 1] + "="), None)
+        elif name in _SHELLS and _reads_code_from_input(words, texts):
+            if j.raise_to(
+                *NEVER, f"`{name}` reads the code it runs from its input; " + UNKNOWN_PROGRAM
+            ):
+                j.rule_id = "classifier:dynamic-program"
+            j.network = j.approval = True
         elif name == "trap":
             # The action is shell code that runs later (on a signal or at exit).
             action = next((i for i in args if not texts[i].startswith("-")), None)
@@ -803,3 +823,19 @@ def _maybe_option(j: _Judgement, rule: Rule, text: str) -> None:
             f"`{text}` is only known at run time and may be an option that writes a file",
         )
         j.rule_id = "classifier:dynamic-option"
+
+
+def _reads_code_from_input(words: Sequence[Word], texts: Sequence[str]) -> bool:
+    """True when a shell or `source` runs code from stdin, a pipe or a process substitution
+    (`bash <<EOF`, `curl … | sh`, `source <(…)`, `. /dev/stdin`)."""
+    if texts[0] in ("source", "."):
+        return len(texts) < 2 or bool(words[1].dynamic) or texts[1].startswith(_STDIN_FILES)
+    options = [t for t in texts[1:] if t.startswith("-") and not t.startswith("--")]
+    if any("c" in t[1:] for t in options):
+        return False
+    script = next((t for t in texts[1:] if not t.startswith(("-", "+"))), None)
+    return (
+        script is None
+        or "s" in "".join(t[1:] for t in options)
+        or (script.startswith(_STDIN_FILES))
+    )

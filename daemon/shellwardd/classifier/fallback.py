@@ -16,12 +16,14 @@ Choices, and why:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from .braces import expand_word, has_braces
 
 # Operators end a segment; `$(`, backtick, `<(`, `>(` and `(` open one; `)` closes one.
 _TOKEN = re.compile(
     r"(?P<open>\$\(\(?|\(\(|<\(|>\(|\(|\[\[)|(?P<close>\)\)?|\]\])|(?P<tick>`)"
-    r"|(?P<op>&&|\|\||;;&?|;&|[;&|\n{}!])|(?P<space>[ \t\r]+)|(?P<word>[^\s;&|()`]+)"
+    r"|(?P<op>&&|\|\||;;&?|;&|[;&|\n])|(?P<space>[ \t\r]+)|(?P<word>[^\s;&|()`]+)"
 )
 # Openers whose words are data (a test, arithmetic), not a command.
 _DATA_OPENERS = frozenset({"[[", "((", "$(("})
@@ -52,6 +54,7 @@ class _Open:
     at_start: bool = True
     # False for a test or arithmetic, whose words are data.
     command: bool = True
+    pending: list[str] = field(default_factory=list)  # more words from a brace expansion
 
 
 def fallback_segments(text: str) -> list[Segment]:
@@ -85,11 +88,16 @@ def fallback_segments(text: str) -> list[Segment]:
             close_segment()
             if len(stack) > 1:
                 stack.pop()
-        elif kind == "op":
+        elif kind == "op" or m.group() in ("{", "}", "!"):  # `{`, `}`, `!` standing alone
             close_segment()
         else:
-            word = m.group().translate(_QUOTES)
+            raw = m.group()
+            expanded = expand_word(raw) if has_braces(raw) else None
             top = stack[-1]
+            if expanded:  # `{npm,publish}` is two words, the first a program
+                raw, more = expanded[0], expanded[1:]
+                top.pending.extend(more)
+            word = raw.translate(_QUOTES)
             if top.at_start and (word in _KEYWORDS or _ASSIGNMENT.match(word)):
                 continue
             if _REDIRECT.match(word):
@@ -100,6 +108,8 @@ def fallback_segments(text: str) -> list[Segment]:
                 top.dynamic = True
             top.at_start = False
             top.words.append(word)
+            top.words.extend(top.pending)
+            top.pending.clear()
     while stack:
         close_segment()
         stack.pop()

@@ -70,6 +70,8 @@ class Parsed:
     commands: tuple[SimpleCommand, ...]
     findings: tuple[Finding, ...]
     functions: frozenset[str]
+    # Variables a `for`/`select` loop assigns, as `NAME=` words.
+    loop_variables: tuple[Word, ...] = ()
 
 
 def is_blank(text: str) -> bool:
@@ -92,7 +94,12 @@ def parse(
     ``fallback`` (used for code re-parsed from a word whose text differs from its source)."""
     walker = _Walker(text, prepare(text), context, base, fallback)
     walker.run()
-    return Parsed(tuple(walker.commands), tuple(walker.findings), frozenset(walker.functions))
+    return Parsed(
+        tuple(walker.commands),
+        tuple(walker.findings),
+        frozenset(walker.functions),
+        tuple(walker.loop_variables),
+    )
 
 
 @dataclass
@@ -105,6 +112,7 @@ class _Walker:
     commands: list[SimpleCommand] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     functions: set[str] = field(default_factory=set)
+    loop_variables: list[Word] = field(default_factory=list)
     substitutions: set[int] = field(default_factory=set)
     # Word offsets in ``text`` of every simple command, for the second parser's check.
     local: list[tuple[tuple[int, int], ...]] = field(default_factory=list)
@@ -152,6 +160,10 @@ class _Walker:
             for part in node.list:
                 self.walk(part, context, redirects + own)
         elif kind in ("if", "for", "while", "until"):
+            if kind == "for":
+                name = next((p for p in node.parts if p.kind == "word"), None)
+                if name is not None:
+                    self.loop_variables.append(Word(f"{name.word}=", self.span(name.pos)))
             for part in node.parts:
                 self.walk(part, context, redirects)
         elif kind == "function":
