@@ -9,6 +9,9 @@ flags, the request's env, the reasons, and properties over generated commands.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -291,3 +294,33 @@ def test_the_word_by_word_reading_finds_programs_and_expansions() -> None:
     assert ("npm", "publish") in words
     assert any(s.dynamic and s.words == ("-rf", "x") for s in segments)
     assert not any(s.dynamic for s in fallback_segments("[[ $x == y ]]; for i in $l; do :; done"))
+
+
+def test_text_that_crashed_the_second_parser_is_classified_in_a_live_process() -> None:
+    # tree-sitter-bash segfaulted the whole process (the daemon) on these fuzzed texts. Run in
+    # a child so that a crash fails this test instead of killing the test run.
+    crashed = [
+        ".{\U000c897c\n-l\U00058c08Ö\x0fz\x1ct\U000e52b4",
+        "\U00108c67\xadm{\U000e75c1",
+        "\U000d9670,\x16ho\U000aa90bwÇ\x90{\U0006301etÅåÜ",
+        "V¯\x02Ê\x0eÙ\x16cå\U000faba7\U00077d32Ë\U000b1ec1{\U000c99e3$Ã",
+        "F\x1d\x00t{\U000ac449|`QU\x1bâ铓\x02ú\U000ac047Þq",
+        "\U00044d41\x82\x90\x8fù\x1a{\U000db3afº",
+    ]
+    script = (
+        "import ast, sys\n"
+        "from shellwardd.classifier import Classifier, load_rules\n"
+        "c = Classifier(load_rules())\n"
+        "for text in ast.literal_eval(sys.stdin.read()):\n"
+        "    for _ in range(300):\n"
+        "        c.classify(text + ' x', cwd='/ws', workspace='/ws')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        input=repr(crashed).encode(),
+        env=env,
+        capture_output=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr.decode(errors="replace")[-2000:]

@@ -19,6 +19,11 @@ Choices, and why:
   alone, which is what this check exists to prevent; the fallback reading (fallback.py)
   keeps the rules' flags for them.
 - A text tree-sitter reports an error in fails closed too.
+- tree-sitter-bash 0.25 crashes the process (a segmentation fault, found by fuzzing) on some
+  text with characters outside ASCII. bash's metacharacters are all ASCII, so every other
+  character is replaced by `x` before tree-sitter sees the text: word boundaries do not
+  move, the crash cannot happen (no crash in 240,000 fuzzed texts), and byte offsets become
+  character offsets.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ _NOT_WORDS = frozenset({"variable_assignment", "file_redirect", "herestring_redi
 # The keyword of a declaration_command / unset_command is an anonymous node.
 _DECLARATION_KEYWORDS = frozenset({"export", "declare", "typeset", "local", "readonly", "unset",
                                    "unsetenv"})  # fmt: skip
+_NOT_ASCII = re.compile(r"[^\x00-\x7f]")
 _GAP_WORD = re.compile(rb"[^\s<>&|;()]+")
 
 
@@ -53,13 +59,11 @@ def _parser() -> Parser:
 def disagreement(text: str, bashlex_commands: Sequence[Spans]) -> tuple[int, int, str] | None:
     """(start, end, reason) of the first difference between bashlex's simple commands
     (``bashlex_commands``, word spans in ``text``) and tree-sitter-bash's; None if they agree."""
-    data = text.encode("utf-8", "surrogatepass")
-    tree = _parser().parse(data)
-    offsets = _CharOffsets(text, data)
-    root = tree.root_node
+    data = _NOT_ASCII.sub("x", text).encode("ascii")
+    root = _parser().parse(data).root_node
     if root.has_error:
         where = _first_error(root)
-        start, end = offsets(where.start_byte), offsets(where.end_byte)
+        start, end = where.start_byte, where.end_byte
         return (
             start,
             max(end, start + 1),
@@ -69,10 +73,7 @@ def disagreement(text: str, bashlex_commands: Sequence[Spans]) -> tuple[int, int
                 "compared"
             ),
         )
-    theirs = sorted(
-        _collapse(text, [(offsets(a), offsets(b)) for a, b in spans])
-        for spans in _commands(root, data)
-    )
+    theirs = sorted(_collapse(text, spans) for spans in _commands(root, data))
     ours = sorted(_collapse(text, spans) for spans in bashlex_commands if spans)
     if theirs == ours:
         return None
@@ -101,19 +102,6 @@ def disagreement(text: str, bashlex_commands: Sequence[Spans]) -> tuple[int, int
             f"`{_words(text, first)}`, which bashlex does not"
         ),
     )
-
-
-class _CharOffsets:
-    """Byte offsets (tree-sitter) to character offsets (Python strings)."""
-
-    def __init__(self, text: str, data: bytes) -> None:
-        self._ascii = len(text) == len(data)
-        self._data = data
-
-    def __call__(self, byte: int) -> int:
-        if self._ascii:
-            return byte
-        return len(self._data[:byte].decode("utf-8", "surrogatepass"))
 
 
 def _commands(root: Node, data: bytes) -> Iterator[list[tuple[int, int]]]:
