@@ -63,13 +63,15 @@ def disagreement(text: str, bashlex_commands: Sequence[Spans]) -> tuple[int, int
     root = _parser().parse(data).root_node
     if root.has_error:
         where = _first_error(root)
-        start, end = where.start_byte, where.end_byte
+        # An error at the very end (a missing token) has an empty span: widen it inside the text.
+        end = min(max(where.end_byte, where.start_byte + 1), len(text))
+        start = min(where.start_byte, end)
         return (
             start,
-            max(end, start + 1),
+            end,
             (
                 "the second parser (tree-sitter-bash) cannot read "
-                f"`{_snippet(text[start:end] or text[start:])}`, so the two readings cannot be "
+                f"`{_snippet(text[start:end] or text)}`, so the two readings cannot be "
                 "compared"
             ),
         )

@@ -269,6 +269,11 @@ class Analyzer:
         span = fallback if base is None else (base, base + len(text))
         label = join_context(context, "read word by word")
         for segment in fallback_segments(text):
+            for assignment in segment.assignments:
+                j = _Judgement(*NEVER, "", "classifier:environment")
+                self._hijack(j, assignment)
+                if j.approval:
+                    self._append(j, (assignment,), "", "", span, label)
             if segment.dynamic:
                 j = _unknown(
                     "the parser could not read this command, and a program in it is named by "
@@ -430,18 +435,28 @@ class Analyzer:
                 " (its body is classified as parts of its own)",
                 "classifier:function",
             ), name
+        if name != "[" and any(c in name for c in "*?["):
+            return _unknown(
+                f"the program is named by a glob (`{name}`)", "classifier:dynamic-program"
+            ), ""
         resolved, keys, problem = self._resolve(name)
         if problem:
-            return _never(problem, "classifier:program-path"), resolved
+            untrusted = _never(problem, "classifier:program-path")
+            self._basename_flags(untrusted, name, texts)
+            return untrusted, resolved
         # Words that start with an expansion may turn out to be options (`find . $opt`).
         unknown = frozenset(
             i
             for i, w in enumerate(words)
-            if i and w.dynamic and w.text[:1] in ("$", "`") and not _OPTION_FREE.match(w.text)
+            if i
+            and w.dynamic
+            and w.text[:1] in ("$", "`", "*", "?", "[")
+            and not _OPTION_FREE.match(w.text)
         )
         judgement = self._judge(self.index, keys, texts, appended, primary=True, unknown=unknown)
         if judgement is None:
             judgement = _never(f"runs `{name}`, which no rule knows", "classifier:unknown")
+            self._basename_flags(judgement, name, texts)
         elif self.constraints is not None:
             stricter = self._judge(
                 self.constraints, keys, texts, appended, primary=False, unknown=unknown
@@ -452,6 +467,19 @@ class Analyzer:
                 if judgement.raise_to(stricter.idempotency, stricter.replay, stricter.reason):
                     judgement.rule_id = stricter.rule_id
         return judgement, resolved
+
+    def _basename_flags(self, j: _Judgement, name: str, texts: list[str]) -> None:
+        """A program given by a path no rule trusts (`./node_modules/.bin/npm`) keeps the
+        flags of the rule for its name: a path never lowers approval or network."""
+        base = os.path.basename(name)
+        if "/" not in name or not base:
+            return
+        for index in (self.index, self.constraints):
+            if index is not None:
+                found = self._judge(index, (base,), [base, *texts[1:]], False, primary=False)
+                if found is not None:
+                    j.network |= found.network
+                    j.approval |= found.approval
 
     def _resolve(self, name: str) -> tuple[str, tuple[str, ...], str]:
         """(resolved program, lookup keys, why it cannot be trusted or "")."""
@@ -719,6 +747,13 @@ class Analyzer:
         it evaluates."""
         name = texts[0]
         args = range(1, len(texts))
+        named = _dynamic_name(name, words, texts)
+        if named and j.raise_to(
+            *NEVER,
+            f"names a variable with `{named}`, only known at run time: an array subscript "
+            "in it is evaluated as arithmetic, which runs the commands it holds",
+        ):
+            j.rule_id = "classifier:arithmetic"
         if name in _EVALUATING:
             for i in args:
                 if holds_code(texts[i]):
@@ -839,3 +874,38 @@ def _reads_code_from_input(words: Sequence[Word], texts: Sequence[str]) -> bool:
         or "s" in "".join(t[1:] for t in options)
         or (script.startswith(_STDIN_FILES))
     )
+
+
+# Options of `read` whose value is not a variable name.
+_READ_VALUES = frozenset({"-p", "-d", "-t", "-n", "-N", "-u", "-i"})
+
+
+def _dynamic_name(name: str, words: Sequence[Word], texts: Sequence[str]) -> str:
+    """The first word that names a variable (or an arithmetic expression) for ``name`` but is
+    only known at run time: `printf -v "$v"`, `read "$v"`, `unset "$v"`, `test -v "$v"`,
+    `let "$e"`, `declare -i n="$e"`; "" when there is none."""
+    dynamic = [bool(w.dynamic) and not _OPTION_FREE.match(w.text) for w in words]
+    if name == "let":
+        return next((texts[i] for i in range(1, len(texts)) if dynamic[i]), "")
+    if name in ("test", "[", "printf"):
+        flag = "-v"
+        return next(
+            (texts[i] for i in range(2, len(texts)) if dynamic[i] and texts[i - 1] == flag), ""
+        )
+    if name in ("read", "unset", "mapfile", "readarray"):
+        for i in range(1, len(texts)):
+            if dynamic[i] and not texts[i].startswith("-") and texts[i - 1] not in _READ_VALUES:
+                return texts[i]
+        return ""
+    if name in _DECLARING:
+        integer = any(t.startswith("-") and "i" in t for t in texts[1:])
+        for i in range(1, len(texts)):
+            text = texts[i]
+            target, eq, _ = text.partition("=")
+            if text.startswith("-"):
+                continue
+            if ("$" in target or "`" in target) or (not eq and dynamic[i]):
+                return text
+            if integer and dynamic[i]:
+                return text
+    return ""

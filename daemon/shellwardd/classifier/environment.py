@@ -31,6 +31,8 @@ HIJACK_NAMES = frozenset(
         "PATH", "BASH_ENV", "ENV", "IFS", "PROMPT_COMMAND", "SHELLOPTS", "BASHOPTS", "PS0",
         "PS1", "PS2", "PS3", "PS4", "CDPATH", "HOME", "BASH_XTRACEFD", "BASH_LOADABLES_PATH",
         "BASH_COMPAT", "EXECIGNORE", "GLOBIGNORE", "INPUTRC", "HISTFILE", "TMOUT",
+        "BASH_CMDS", "BASH_ALIASES", "SHELL", "CONFIG_SHELL", "MAKESHELL", "ZDOTDIR",
+        "DOCKER_HOST", "DOCKER_CONFIG", "KUBECONFIG",
         # pagers, editors, helpers that programs run
         "PAGER", "MANPAGER", "MANOPT", "SYSTEMD_PAGER", "EDITOR", "VISUAL", "BROWSER",
         "LESSOPEN", "LESSCLOSE", "LESSKEY", "LESS", "LESSEDIT", "LESSSECURE", "SSH_ASKPASS",
@@ -57,7 +59,7 @@ HIJACK_NAMES = frozenset(
 # Families: every member changes a program unless listed in _HARMLESS.
 HIJACK_PREFIXES = (
     "LD_", "DYLD_", "BASH_FUNC_", "GIT_", "PYTHON", "NPM_CONFIG_", "YARN_", "PNPM_", "PIP_",
-    "UV_", "POETRY_", "CARGO_", "DOCKER_", "KUBECONFIG", "AWS_", "SSH_",
+    "UV_", "POETRY_", "CARGO_",
 )  # fmt: skip
 
 # Members of a family that only change output, metadata or strictness.

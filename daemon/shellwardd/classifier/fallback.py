@@ -44,11 +44,13 @@ class Segment:
 
     words: tuple[str, ...]
     dynamic: bool
+    assignments: tuple[str, ...] = ()  # `NAME=value` words before the program
 
 
 @dataclass
 class _Open:
     words: list[str]
+    assignments: list[str] = field(default_factory=list)
     dynamic: bool = False
     # True while the next word could still be the program (after assignments/keywords).
     at_start: bool = True
@@ -65,8 +67,8 @@ def fallback_segments(text: str) -> list[Segment]:
 
     def close_segment() -> None:
         top = stack[-1]
-        if top.words or top.dynamic:
-            out.append(Segment(tuple(top.words), top.dynamic))
+        if top.words or top.dynamic or top.assignments:
+            out.append(Segment(tuple(top.words), top.dynamic, tuple(top.assignments)))
         stack[-1] = _Open([])
 
     for m in _TOKEN.finditer(text):
@@ -98,7 +100,10 @@ def fallback_segments(text: str) -> list[Segment]:
                 raw, more = expanded[0], expanded[1:]
                 top.pending.extend(more)
             word = raw.translate(_QUOTES)
-            if top.at_start and (word in _KEYWORDS or _ASSIGNMENT.match(word)):
+            if top.at_start and word in _KEYWORDS:
+                continue
+            if top.at_start and _ASSIGNMENT.match(word):
+                top.assignments.append(word)
                 continue
             if _REDIRECT.match(word):
                 continue

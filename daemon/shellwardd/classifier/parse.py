@@ -213,6 +213,10 @@ class _Walker:
                 label = "`…`" if opener[:1] == "`" else f"{opener}…)"
                 dynamic = "a command substitution"
                 self.walk(part.command, join_context(context, label), ())
+        raw = self.text[node.pos[0] : node.pos[1]]
+        if not dynamic and _glob_start(raw):
+            # The files in the directory decide what it becomes (a file named `-delete`…).
+            dynamic = f"a glob (`{raw}`)"
         return Word(node.word, self.span(node.pos), dynamic)
 
     def expanded(self, word: Word, pos: tuple[int, int]) -> list[Word]:
@@ -236,6 +240,11 @@ class _Walker:
         if op in (">&", "<&") and (word.text.isdigit() or word.text == "-"):
             return Redirect(op, None, self.span(node.pos))
         return Redirect(op, word, self.span(node.pos))
+
+
+def _glob_start(raw: str) -> bool:
+    """True when an unquoted word starts with a glob that matches file names."""
+    return raw[:1] in ("*", "?") or (raw[:1] == "[" and len(raw) > 2 and "]" in raw[1:])
 
 
 def _snippet(text: str, limit: int = 40) -> str:
