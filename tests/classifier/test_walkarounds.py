@@ -73,6 +73,11 @@ NEEDS_APPROVAL = [
     "for PATH in ./bin; do ls; done",
     "find . $opt",
     "git $(echo push)",
+    "/usr/bin/np? publish",
+    "./node_modules/.bin/npm publish",
+    "~/.local/bin/npm publish",
+    "BASH_CMDS[ls]=/usr/bin/npm; ls publish",
+    "find . *",
 ]
 
 NEEDS_NETWORK = [
