@@ -78,6 +78,8 @@ NEEDS_APPROVAL = [
     "~/.local/bin/npm publish",
     "BASH_CMDS[ls]=/usr/bin/npm; ls publish",
     "find . *",
+    "echo publish | xargs npm",
+    "env -S 'npm publish'",
 ]
 
 NEEDS_NETWORK = [

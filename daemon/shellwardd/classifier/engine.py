@@ -51,6 +51,8 @@ _EVALUATING = frozenset(
 _DECLARING = frozenset({"declare", "typeset", "local", "export", "readonly"})
 _NAMING = frozenset({"read", "mapfile", "readarray", "getopts"})
 _VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Words after a program that the word-by-word reading hands to its rule.
+_FALLBACK_WINDOW = 32
 # Shells and `source`: with no script file and no -c they run whatever their input holds.
 _SHELLS = frozenset({"bash", "sh", "zsh", "dash", "ksh", "source", "."})
 _STDIN_FILES = ("/dev/", "/proc/")
@@ -282,9 +284,20 @@ class Analyzer:
                 )
                 self._append(j, segment.words, "", "", span, label)
             for k, word in enumerate(segment.words):
-                found = self._judge_flags(segment.words[k:])
+                if not self._names_program(word):
+                    continue
+                # A rule's flags depend on the words right after the program: a bounded
+                # window keeps a long unparsable text linear.
+                argv = segment.words[k : k + _FALLBACK_WINDOW]
+                found = self._judge_flags(argv)
                 if found is not None:
-                    self._append(found, segment.words[k:], word, "", span, label)
+                    self._append(found, argv, word, "", span, label)
+
+    def _names_program(self, word: str) -> bool:
+        """True when ``word`` may be a program some rule knows (cheap test)."""
+        if "/" in word or word in self.index.programs:
+            return True
+        return self.constraints is not None and word in self.constraints.programs
 
     def _judge_flags(self, texts: Sequence[str]) -> _Judgement | None:
         """The judgement of ``texts`` when its rule sets approval or network, else None."""
@@ -544,7 +557,7 @@ class Analyzer:
                     break
             else:
                 if appended:
-                    return _never(
+                    return _unknown(
                         f"runs `{texts[0]}` with arguments appended from its input, which may"
                         " name any subcommand",
                         "classifier:appended",
