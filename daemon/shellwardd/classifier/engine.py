@@ -722,9 +722,12 @@ class Analyzer:
                 j.facts[key] = ArgumentFact(
                     -1, r.target.text, ArgumentKind.NETWORK, f"redirection {r.op}"
                 )
-                j.network = True
+                # Never, but no network grant: no rule asked for this connection, and the
+                # sandbox without network is what stops it.
                 j.raise_to(
-                    *NEVER, f"opens a network connection (`{r.target.text}`) in a redirection"
+                    *NEVER,
+                    f"opens a network connection (`{r.target.text}`) in a redirection, which "
+                    "no rule grants",
                 )
                 j.rule_id = "classifier:network-redirect"
             elif r.writes and r.target.text not in _NOT_FILES:
