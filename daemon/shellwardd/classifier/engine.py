@@ -779,7 +779,12 @@ class Analyzer:
         if name in _DECLARING:
             for i in args:
                 text = texts[i]
-                if text.startswith("-") and "n" in text[1:] and "=" not in text:
+                if (
+                    name != "export"
+                    and text.startswith("-")
+                    and "n" in text[1:]
+                    and "=" not in text
+                ):
                     j.raise_to(
                         *NEVER,
                         f"`{name} {text}` makes a name reference: assignments through it set a "
