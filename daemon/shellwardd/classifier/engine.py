@@ -4,6 +4,20 @@ The engine parses (parse.py), resolves each program, finds its rule, reads argv 
 rule's argument description, applies the rule's conditions, and follows code that a command
 runs as code (wrappers, ``bash -c``, ``eval``, ``find -exec``) into parts of their own.
 Anything it cannot see through is non_idempotent/never, with a reason naming the cause.
+
+Choices, and why:
+- Bash decides at run time what some words mean; the engine never guesses. A program named
+  by an expansion, a glob, an environment variable that changes programs (environment.py,
+  the request's env included), or a builtin that rebinds names makes the part never *and*
+  gives it every flag a rule could set (approval, network): hiding a program must not lower
+  its rule's flags. A path no rule trusts keeps the flags of the rule for its name.
+- A word that starts with an expansion or a glob may become an option: the part takes the
+  strictest verdict an option condition of its rule gives (``_maybe_option``). Expansions
+  whose values cannot start with `-` (``_OPTION_FREE``) are exempt, so `ls $(pwd)` stays a
+  read.
+- Arithmetic runs `$(…)` in array subscripts: arguments of evaluating builtins, assigned
+  values and request env values holding `$(…)` are classified as code, parts of their own.
+- Where a parse fails, fallback.py reads every word so the rules' flags still apply.
 """
 
 from __future__ import annotations
@@ -313,11 +327,13 @@ class Analyzer:
             found = found or stricter
         if found is None or not (found.network or found.approval):
             return None
-        found.raise_to(*NEVER, f"the parser could not read this command; {found.reason}")
-        found.reason = (
+        # raise_to only replaces the reason when it raises: set it either way.
+        reason = (
             f"the parser could not read this command; read word by word it runs "
             f"`{' '.join(texts[:2])}`, and {found.reason}"
         )
+        found.raise_to(*NEVER, reason)
+        found.reason = reason
         return found
 
     def _append(
