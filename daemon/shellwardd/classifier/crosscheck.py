@@ -184,5 +184,7 @@ def _words(text: str, spans: Spans) -> str:
 
 
 def _snippet(text: str, limit: int = 50) -> str:
-    line = " ".join(text.split())
+    # Control characters are shown escaped: a stray `\r` is often the whole difference.
+    shown = "".join(c if c.isprintable() or c in " \n\t" else repr(c)[1:-1] for c in text)
+    line = " ".join(shown.split())
     return line if len(line) <= limit else line[: limit - 1] + "…"
