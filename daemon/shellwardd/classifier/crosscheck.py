@@ -72,7 +72,7 @@ def disagreement(text: str, bashlex_commands: Sequence[Spans]) -> tuple[int, int
             (
                 "the second parser (tree-sitter-bash) cannot read "
                 f"`{_snippet(text[start:end] or text)}`, so the two readings cannot be "
-                "compared"
+                "compared; write the command more plainly"
             ),
         )
     theirs = sorted(_collapse(text, spans) for spans in _commands(root, data))
@@ -91,7 +91,8 @@ def disagreement(text: str, bashlex_commands: Sequence[Spans]) -> tuple[int, int
             end,
             (
                 f"the two parsers read this differently: bashlex finds the command "
-                f"`{_words(text, first)}`, tree-sitter-bash finds {shown}"
+                f"`{_words(text, first)}`, tree-sitter-bash finds {shown}; write the command "
+                "more plainly"
             ),
         )
     first = only_theirs[0]
@@ -101,7 +102,7 @@ def disagreement(text: str, bashlex_commands: Sequence[Spans]) -> tuple[int, int
         end,
         (
             f"the two parsers read this differently: tree-sitter-bash finds the command "
-            f"`{_words(text, first)}`, which bashlex does not"
+            f"`{_words(text, first)}`, which bashlex does not; write the command more plainly"
         ),
     )
 

@@ -83,7 +83,8 @@ _OPTION_FREE = re.compile(
     r"|(?:realpath|readlink -f) [\w./][^\s$`;&|<>()]*)\))"
 )
 UNKNOWN_PROGRAM = (
-    "the program that runs is not known before run time, so it takes the strictest flags"
+    "the program that runs is not known before run time, so it takes the strictest flags "
+    "(a human approves it first); name programs literally to avoid this"
 )
 
 

@@ -197,7 +197,8 @@ class _Scanner:
                     i,
                     j,
                     f"the here-document delimiter `{text[start:j]}` holds `$`: bash and the "
-                    "parser may end the here-document at different lines",
+                    "parser may end the here-document at different lines; use a plain "
+                    "delimiter such as <<'EOF'",
                 )
             )
         if j > start:
