@@ -1,8 +1,10 @@
 """Classification time over the labelled corpus, against the bare bashlex parse.
 
-Prints median and p99 per command (all commands, and those under 200 characters) and the
-ratio of classification to the bare ``bashlex.parse`` of the same strings. Targets (issue 3):
-median <= 0.5 ms for commands under 200 characters, classification <= 1.5x the bare parse.
+Prints median and p99 per command (all commands, and those under 200 characters), the
+ratio of classification to the bare ``bashlex.parse`` of the same strings, and the cost of
+the second parser's cross-check alone (tree-sitter-bash parse and walk). Targets: median
+<= 0.5 ms for commands under 200 characters (with the cross-check), classification <= 1.5x
+the bare parse (issue 3; set before the second parser existed).
 
     .venv/bin/python bench/classify.py [--rounds N]
 """
@@ -20,6 +22,7 @@ from pathlib import Path
 import bashlex
 
 from shellwardd.classifier import Classifier, load_rules
+from shellwardd.classifier.crosscheck import disagreement
 
 CORPUS = Path(__file__).resolve().parent.parent / "tests" / "classifier" / "corpus.toml"
 MEDIAN_TARGET_MS = 0.5
@@ -63,6 +66,7 @@ def main() -> None:
     classify("ls")  # warm caches and imports
     clf = _time_each(commands, classify, args.rounds)
     bare = _time_each(commands, _bare_parse, args.rounds)
+    cross = _time_each(commands, lambda command: disagreement(command, ()), args.rounds)
     short = [t for t, c in zip(clf, commands, strict=True) if len(c) < 200]
     ms = 1000.0
     print(
@@ -82,6 +86,11 @@ def main() -> None:
     print(
         f"bare parse all:    median {statistics.median(bare) * ms:.3f} ms   "
         f"p99 {_p(bare, 0.99) * ms:.3f} ms"
+    )
+    print(
+        f"cross-check alone: median {statistics.median(cross) * ms:.3f} ms   "
+        f"p99 {_p(cross, 0.99) * ms:.3f} ms   "
+        f"({sum(cross) / sum(clf):.0%} of classification time)"
     )
     ratio = sum(clf) / sum(bare)
     ratios = [c / b for c, b in zip(clf, bare, strict=True) if b > 0]

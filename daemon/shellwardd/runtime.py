@@ -92,7 +92,8 @@ class _Silent:
         pass
 
 
-Classify = Callable[[str, str | None, str | None], Verdict]
+# (command, cwd, workspace, the request's env) → verdict
+Classify = Callable[[str, str | None, str | None, Mapping[str, str]], Verdict]
 AnyRequest = CommandRequest | ToolRequest
 # Starts a new attempt: (call_id, input_hash, request, listener, approval) → result.
 RunNew = Callable[..., CommandResult]
@@ -395,7 +396,9 @@ class Runtime:
             requests.check_command(request.command)
             requests.check_env(request.env)
             workspace, cwd = self._resolve_cwd(request.cwd)
-            verdict = self._classify_or_invalid(request.command, str(cwd), str(workspace))
+            verdict = self._classify_or_invalid(
+                request.command, str(cwd), str(workspace), request.env
+            )
         except ShellwardError as exc:
             return self._fail_before_start(base, exc.code, exc.message)
 
@@ -829,9 +832,11 @@ class Runtime:
             "inside one, or start the daemon with --workspace for that directory"
         )
 
-    def _classify_or_invalid(self, command: str, cwd: str, workspace: str) -> Verdict:
+    def _classify_or_invalid(
+        self, command: str, cwd: str, workspace: str, env: Mapping[str, str] | None = None
+    ) -> Verdict:
         try:
-            return self._classify(command, cwd, workspace)
+            return self._classify(command, cwd, workspace, env or {})
         except ValueError as exc:
             raise InvalidArgument(str(exc)) from exc
 

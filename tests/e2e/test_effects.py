@@ -40,24 +40,32 @@ def test_read_only_command_has_no_effects(client: Client, workspace: Path) -> No
     assert result.idempotency is Idempotency.IDEMPOTENT
 
 
-def test_idempotent_command_that_wrote_is_reconciled(client: Client, workspace: Path) -> None:
-    # A bare `ls` is matched by name and trusted to only read, but PATH may lead to a
-    # program that writes (as `npm test` writes coverage): only the write detector sees it.
-    verdict = client.classify("ls", cwd=workspace)
-    assert verdict.idempotency is Idempotency.IDEMPOTENT
-    bin_dir = workspace / "bin"
-    bin_dir.mkdir()
-    fake = bin_dir / "ls"
-    fake.write_text("#!/bin/sh\necho cov > coverage.json\n")
-    fake.chmod(0o755)
-    result = client.run_command("ls", cwd=workspace, env={"PATH": f"{bin_dir}:/usr/bin:/bin"})
-    assert result.ok
-    assert [e.path for e in result.file_effects] == ["coverage.json"]
-    assert result.replay_policy is ReplayPolicy.ASK
-    assert result.idempotency is Idempotency.CONDITIONAL
-    entry = client.get_call(result.call_id)
-    assert entry.unexpected_writes and "coverage.json" in entry.note
-    assert entry.verdict is not None and entry.verdict.idempotency is Idempotency.IDEMPOTENT
+def test_idempotent_command_that_wrote_is_reconciled(tmp_path: Path, workspace: Path) -> None:
+    # A rule may trust a program to only read when it writes (as `npm test` writes coverage):
+    # only the write detector sees it. Here the operator's rule file says so of `touch`. (The
+    # request env can no longer be the way in: a PATH there makes the verdict never.)
+    rules = tmp_path / "user-rules.toml"
+    rules.write_text(
+        '[[rule]]\nid = "trusted-touch"\nprogram = "touch"\nidempotency = "idempotent"\n'
+        'replay = "auto"\nreason = "trusted by the operator to only read (wrongly)"\n'
+    )
+    daemon = start_daemon(tmp_path / "r.sock", tmp_path / "state", workspace,
+                          "--user-rules", str(rules))  # fmt: skip
+    try:
+        with daemon.client() as client:
+            verdict = client.classify("touch coverage.json", cwd=workspace)
+            assert verdict.idempotency is Idempotency.IDEMPOTENT, verdict.reason
+            result = client.run_command("touch coverage.json", cwd=workspace)
+            assert result.ok
+            assert [e.path for e in result.file_effects] == ["coverage.json"]
+            assert result.replay_policy is ReplayPolicy.ASK
+            assert result.idempotency is Idempotency.CONDITIONAL
+            entry = client.get_call(result.call_id)
+            assert entry.unexpected_writes and "coverage.json" in entry.note
+            assert entry.verdict is not None
+            assert entry.verdict.idempotency is Idempotency.IDEMPOTENT
+    finally:
+        daemon.stop()
 
 
 def test_external_edits_are_not_attributed(client: Client, workspace: Path) -> None:

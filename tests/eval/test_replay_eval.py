@@ -54,9 +54,17 @@ def test_eval5_ls_replays_automatically(client: Client, workspace: Path) -> None
     assert recorded.replayed and recorded.call_id == again.call_id
 
 
+# What the fake `npm test` does, spelled out. A fake npm reached through a PATH in the
+# request's env is no longer conditional: that PATH makes any verdict never, with approval
+# (the classifier cannot know which program runs). `npm test` itself is conditional/ask in
+# the classifier corpus; here the same writes exercise the conditional replay path.
+NPM_TEST = (
+    "mkdir -p coverage && echo '{\"lines\": 91}' > coverage/coverage.json && echo '42 passed'"
+)
+
+
 def test_eval6_npm_test_is_conditional_and_checks_coverage(client: Client, workspace: Path) -> None:
-    env = _fake_npm(workspace)
-    first = client.run_command("npm test", cwd=workspace, env=env, run_id="e6", step_id="t")
+    first = client.run_command(NPM_TEST, cwd=workspace, run_id="e6", step_id="t")
     assert first.ok
     assert first.idempotency is Idempotency.CONDITIONAL
     assert first.replay_policy is ReplayPolicy.ASK

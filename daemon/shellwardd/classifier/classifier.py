@@ -3,6 +3,9 @@ ValueError for input that holds no command at all."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
+
 from shellward.types import CommandPart, ReplayPolicy, Verdict
 
 from .engine import RANK, Analyzer
@@ -20,14 +23,23 @@ class Classifier:
         self.rules = rules
 
     def classify(
-        self, command: str, *, cwd: str | None = None, workspace: str | None = None
+        self,
+        command: str,
+        *,
+        cwd: str | None = None,
+        workspace: str | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> Verdict:
+        """``env`` is the request's environment: bash and every program it starts see it, so
+        it is judged like assignments before every command."""
         if is_blank(command):
             raise ValueError(
                 "the command is empty (only whitespace or comments): give a shell command to run"
             )
         index, constraints = self.rules.for_directory(cwd if cwd is not None else workspace)
-        return classify_with(command, index, constraints, cwd=cwd, workspace=workspace)
+        return classify_with(
+            command, index, constraints, cwd=cwd, workspace=workspace, env=env or {}
+        )
 
 
 def classify_with(
@@ -37,6 +49,7 @@ def classify_with(
     *,
     cwd: str | None,
     workspace: str | None,
+    env: Mapping[str, str] = MappingProxyType({}),
 ) -> Verdict:
     """Classify ``command`` (not blank) with explicit rule indexes."""
     everything = (0, len(command))
@@ -45,6 +58,7 @@ def classify_with(
         analyzer.fail(everything, "", f"the command is longer than {MAX_COMMAND_CHARS} characters")
     else:
         try:
+            analyzer.request_env(env, everything)
             analyzer.code(command, "", 0, everything, 0)
         except Exception as exc:  # the safety core must answer; a bug here means "never"
             analyzer.fail(

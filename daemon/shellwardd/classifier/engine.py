@@ -4,18 +4,34 @@ The engine parses (parse.py), resolves each program, finds its rule, reads argv 
 rule's argument description, applies the rule's conditions, and follows code that a command
 runs as code (wrappers, ``bash -c``, ``eval``, ``find -exec``) into parts of their own.
 Anything it cannot see through is non_idempotent/never, with a reason naming the cause.
+
+Choices, and why:
+- Bash decides at run time what some words mean; the engine never guesses. A program named
+  by an expansion, a glob, an environment variable that changes programs (environment.py,
+  the request's env included), or a builtin that rebinds names makes the part never *and*
+  gives it every flag a rule could set (approval, network): hiding a program must not lower
+  its rule's flags. A path no rule trusts keeps the flags of the rule for its name.
+- A word that starts with an expansion or a glob may become an option: the part takes the
+  strictest verdict an option condition of its rule gives (``_maybe_option``). Expansions
+  whose values cannot start with `-` (``_OPTION_FREE``) are exempt, so `ls $(pwd)` stays a
+  read.
+- Arithmetic runs `$(…)` in array subscripts: arguments of evaluating builtins, assigned
+  values and request env values holding `$(…)` are classified as code, parts of their own.
+- Where a parse fails, fallback.py reads every word so the rules' flags still apply.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 
 from shellward.types import ArgumentFact, ArgumentKind, CommandPart, Idempotency, ReplayPolicy
 
+from .environment import hijacks, holds_code, variable_name
+from .fallback import fallback_segments
 from .parse import Redirect, SimpleCommand, Word, join_context, parse
 from .rules import Condition, Role, Rule
 from .ruleset import ProgramRules, RuleIndex
@@ -35,19 +51,41 @@ SYSTEM_DIRS = frozenset(
 )
 # Harmless write targets of a redirection.
 _NOT_FILES = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr"})
-_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
-# Environment variables that change which program runs or what it executes: setting one
-# makes every rule about the command meaningless.
-_HIJACK_VARS = frozenset(
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\[[^]]*\])?\+?=")
+# Builtins that evaluate their arguments (or the variables they name) as arithmetic, where
+# an array subscript runs `$(…)`: `printf -v 'a[$(cmd)]'`, `test -v`, `let`, `read`…
+_EVALUATING = frozenset(
     {
-        "PATH", "BASH_ENV", "ENV", "IFS", "PROMPT_COMMAND", "SHELLOPTS", "BASHOPTS", "PS4",
-        "NODE_OPTIONS", "PYTHONSTARTUP", "PYTHONPATH", "PERL5OPT", "PERL5LIB", "RUBYOPT",
-        "GIT_SSH", "GIT_SSH_COMMAND", "GIT_EXTERNAL_DIFF", "GIT_PAGER", "PAGER", "GIT_EDITOR",
-        "EDITOR", "VISUAL", "GIT_ASKPASS", "SSH_ASKPASS", "LESSOPEN", "LESSCLOSE", "MANPAGER",
-        "GIT_EXEC_PATH", "GIT_DIR", "GIT_WORK_TREE", "BROWSER",
+        "printf", "test", "[", "let", "declare", "typeset", "local", "export", "readonly",
+        "read", "unset", "mapfile", "readarray", "getopts", "wait", "shift", "return", "exit",
+        "ulimit", "umask",
     }
 )  # fmt: skip
-_HIJACK_PREFIXES = ("LD_", "DYLD_", "GIT_CONFIG")
+# Builtins that set the variables their arguments name.
+_DECLARING = frozenset({"declare", "typeset", "local", "export", "readonly"})
+_NAMING = frozenset({"read", "mapfile", "readarray", "getopts"})
+_VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Words after a program that the word-by-word reading hands to its rule.
+_FALLBACK_WINDOW = 32
+# Shells and `source`: with no script file and no -c they run whatever their input holds.
+_SHELLS = frozenset({"bash", "sh", "zsh", "dash", "ksh", "source", "."})
+_STDIN_FILES = ("/dev/", "/proc/")
+# bash opens these paths as network connections in redirections.
+_NETWORK_PATHS = ("/dev/tcp/", "/dev/udp/")
+# Expansions whose value cannot start with `-`: an absolute path, a number, a commit id or a
+# branch name (git refuses names that start with `-`). Any other expansion at the start of
+# a word may become an option.
+_OPTION_FREE = re.compile(
+    r"^(?:\$\{?(?:PWD|HOME|RANDOM|SECONDS|LINENO|UID|EUID|PPID|BASHPID|[$#?!])\}?"
+    r"|\$\((?:pwd|nproc|git merge-base(?: [^\s$`;&|<>()]+)+"
+    r"|git rev-parse(?: --short| --verify| --abbrev-ref| --show-toplevel"
+    r"| [\w./@^~{}][^\s$`;&|<>()]*)*"
+    r"|(?:realpath|readlink -f) [\w./][^\s$`;&|<>()]*)\))"
+)
+UNKNOWN_PROGRAM = (
+    "the program that runs is not known before run time, so it takes the strictest flags "
+    "(a human approves it first); name programs literally to avoid this"
+)
 
 
 @dataclass(slots=True)
@@ -184,6 +222,12 @@ def _never(reason: str, rule_id: str) -> _Judgement:
     return _Judgement(*NEVER, reason, rule_id)
 
 
+def _unknown(reason: str, rule_id: str) -> _Judgement:
+    """A part whose program is only known at run time: never, with every flag a rule could
+    set (approval, network), so hiding the program never lowers them."""
+    return _Judgement(*NEVER, f"{reason}; {UNKNOWN_PROGRAM}", rule_id, network=True, approval=True)
+
+
 @dataclass
 class Analyzer:
     """Classifies one command string into parts; create one per classify() call."""
@@ -207,8 +251,117 @@ class Analyzer:
         self.functions |= parsed.functions
         for finding in parsed.findings:
             self.fail(finding.span, context, finding.reason)
+        for variable in parsed.loop_variables:
+            j = _Judgement(Idempotency.IDEMPOTENT, ReplayPolicy.AUTO, "", "classifier:assignment")
+            self._hijack(j, variable.text)
+            if j.reason:  # only a loop over a variable that changes programs is a part
+                self._append(j, (), "", "", variable.span, join_context(context, "for loop"))
+        if parsed.findings:
+            self._fallback(text, context, base, fallback)
         for cmd in parsed.commands:
             self.simple(cmd.words, cmd, cmd.context, depth, appended=False)
+
+    def request_env(self, env: Mapping[str, str], span: tuple[int, int]) -> None:
+        """The request's env is the environment of the whole command: judge it as if it
+        were assigned before every command."""
+        for name in sorted(env):
+            value = env[name]
+            context = f"request env {name}"
+            if hijacks(name, value):
+                j = _unknown(
+                    f"the request's env sets {name}, which changes which program runs or what "
+                    "it executes",
+                    "classifier:environment",
+                )
+                self._append(j, (), "", "", span, "request env")
+            if holds_code(value):
+                self.code(f": {value}", context, None, span, 1)
+
+    def _fallback(
+        self, text: str, context: str, base: int | None, fallback: tuple[int, int]
+    ) -> None:
+        """Where the parse failed, read every word: each program a rule knows keeps the
+        flags (approval, network) its rule sets, and a program named by an expansion takes
+        them all."""
+        span = fallback if base is None else (base, base + len(text))
+        label = join_context(context, "read word by word")
+        for segment in fallback_segments(text):
+            for assignment in segment.assignments:
+                j = _Judgement(*NEVER, "", "classifier:environment")
+                self._hijack(j, assignment)
+                if j.approval:
+                    self._append(j, (assignment,), "", "", span, label)
+            if segment.dynamic:
+                j = _unknown(
+                    "the parser could not read this command, and a program in it is named by "
+                    "an expansion",
+                    "classifier:dynamic-program",
+                )
+                self._append(j, segment.words, "", "", span, label)
+            for k, word in enumerate(segment.words):
+                if not self._names_program(word):
+                    continue
+                # A rule's flags depend on the words right after the program: a bounded
+                # window keeps a long unparsable text linear.
+                argv = segment.words[k : k + _FALLBACK_WINDOW]
+                found = self._judge_flags(argv)
+                if found is not None:
+                    self._append(found, argv, word, "", span, label)
+
+    def _names_program(self, word: str) -> bool:
+        """True when ``word`` may be a program some rule knows (cheap test)."""
+        if "/" in word or word in self.index.programs:
+            return True
+        return self.constraints is not None and word in self.constraints.programs
+
+    def _judge_flags(self, texts: Sequence[str]) -> _Judgement | None:
+        """The judgement of ``texts`` when its rule sets approval or network, else None."""
+        _, keys, problem = self._resolve(texts[0])
+        if problem or not keys:
+            return None
+        found = self._judge(self.index, keys, list(texts), False, primary=False)
+        if self.constraints is not None:
+            stricter = self._judge(self.constraints, keys, list(texts), False, primary=False)
+            if stricter is not None and found is not None:
+                found.network |= stricter.network
+                found.approval |= stricter.approval
+            found = found or stricter
+        if found is None or not (found.network or found.approval):
+            return None
+        # raise_to only replaces the reason when it raises: set it either way.
+        reason = (
+            f"the parser could not read this command; read word by word it runs "
+            f"`{' '.join(texts[:2])}`, and {found.reason}"
+        )
+        found.raise_to(*NEVER, reason)
+        found.reason = reason
+        return found
+
+    def _append(
+        self,
+        j: _Judgement,
+        argv: Sequence[str],
+        program: str,
+        resolved: str,
+        span: tuple[int, int],
+        context: str,
+    ) -> None:
+        self.parts.append(
+            CommandPart(
+                program=program,
+                resolved_program=resolved,
+                argv=tuple(argv),
+                span=span,
+                idempotency=j.idempotency,
+                replay_policy=j.replay,
+                reason=j.reason,
+                rule_id=j.rule_id,
+                needs_network=j.network,
+                needs_approval=j.approval,
+                arguments=tuple(j.facts[k] for k in sorted(j.facts)),
+                context=context,
+            )
+        )
 
     def fail(self, span: tuple[int, int], context: str, reason: str) -> None:
         self.parts.append(
@@ -247,31 +400,36 @@ class Analyzer:
             resolved = ""
         else:
             judgement, resolved = self._judge_program(words, texts, appended)
+            self._builtin_effects(judgement, words, texts)
         if cmd is not None:
-            self._environment(judgement, cmd.assignments)
+            # `IFS=, read a b` only changes how that builtin splits its input.
+            splits = texts[:1] in (["read"], ["mapfile"], ["readarray"])
+            self._environment(
+                judgement,
+                [w for w in cmd.assignments if not (splits and w.text.startswith("IFS="))],
+            )
             self._redirects(judgement, cmd.redirects)
         self._escalate(judgement)
         span = cmd.span if cmd is not None else (words[0].span[0], words[-1].span[1])
-        self.parts.append(
-            CommandPart(
-                program=texts[0] if texts else "",
-                resolved_program=resolved,
-                argv=tuple(texts),
-                span=span,
-                idempotency=judgement.idempotency,
-                replay_policy=judgement.replay,
-                reason=judgement.reason,
-                rule_id=judgement.rule_id,
-                needs_network=judgement.network,
-                needs_approval=judgement.approval,
-                arguments=tuple(judgement.facts[k] for k in sorted(judgement.facts)),
-                context=context,
-            )
-        )
+        self._append(judgement, texts, texts[0] if texts else "", resolved, span, context)
+        if cmd is not None:
+            for w in cmd.assignments:
+                if holds_code(w.text):
+                    # A value holding `$(…)` runs wherever the variable meets arithmetic.
+                    self.code(
+                        f": {w.text}",
+                        join_context(context, "assigned value"),
+                        None,
+                        w.span,
+                        depth + 1,
+                    )
         for kind, label, start, end in judgement.inner:
             inner_context = join_context(context, label)
             if kind == "code":
                 self._reenter(words[start:end], inner_context, depth)
+            elif kind == "evaluated":
+                w = words[start]
+                self.code(f": {w.text}", inner_context, None, w.span, depth + 1)
             else:
                 self.simple(
                     words[start:end], None, inner_context, depth + 1, appended=kind == "appended"
@@ -295,7 +453,7 @@ class Analyzer:
     ) -> tuple[_Judgement, str]:
         program = words[0]
         if program.dynamic:
-            return _never(
+            return _unknown(
                 f"the program is named by {program.dynamic}", "classifier:dynamic-program"
             ), ""
         name = program.text
@@ -307,20 +465,51 @@ class Analyzer:
                 " (its body is classified as parts of its own)",
                 "classifier:function",
             ), name
+        if name != "[" and any(c in name for c in "*?["):
+            return _unknown(
+                f"the program is named by a glob (`{name}`)", "classifier:dynamic-program"
+            ), ""
         resolved, keys, problem = self._resolve(name)
         if problem:
-            return _never(problem, "classifier:program-path"), resolved
-        judgement = self._judge(self.index, keys, texts, appended, primary=True)
+            untrusted = _never(problem, "classifier:program-path")
+            self._basename_flags(untrusted, name, texts)
+            return untrusted, resolved
+        # Words that start with an expansion may turn out to be options (`find . $opt`).
+        unknown = frozenset(
+            i
+            for i, w in enumerate(words)
+            if i
+            and w.dynamic
+            and w.text[:1] in ("$", "`", "*", "?", "[")
+            and not _OPTION_FREE.match(w.text)
+        )
+        judgement = self._judge(self.index, keys, texts, appended, primary=True, unknown=unknown)
         if judgement is None:
             judgement = _never(f"runs `{name}`, which no rule knows", "classifier:unknown")
+            self._basename_flags(judgement, name, texts)
         elif self.constraints is not None:
-            stricter = self._judge(self.constraints, keys, texts, appended, primary=False)
+            stricter = self._judge(
+                self.constraints, keys, texts, appended, primary=False, unknown=unknown
+            )
             if stricter is not None:
                 judgement.network |= stricter.network
                 judgement.approval |= stricter.approval
                 if judgement.raise_to(stricter.idempotency, stricter.replay, stricter.reason):
                     judgement.rule_id = stricter.rule_id
         return judgement, resolved
+
+    def _basename_flags(self, j: _Judgement, name: str, texts: list[str]) -> None:
+        """A program given by a path no rule trusts (`./node_modules/.bin/npm`) keeps the
+        flags of the rule for its name: a path never lowers approval or network."""
+        base = os.path.basename(name)
+        if "/" not in name or not base:
+            return
+        for index in (self.index, self.constraints):
+            if index is not None:
+                found = self._judge(index, (base,), [base, *texts[1:]], False, primary=False)
+                if found is not None:
+                    j.network |= found.network
+                    j.approval |= found.approval
 
     def _resolve(self, name: str) -> tuple[str, tuple[str, ...], str]:
         """(resolved program, lookup keys, why it cannot be trusted or "")."""
@@ -357,6 +546,7 @@ class Analyzer:
         appended: bool,
         *,
         primary: bool,
+        unknown: frozenset[int] = frozenset(),
     ) -> _Judgement | None:
         rules: ProgramRules | None = None
         for key in keys:
@@ -370,6 +560,12 @@ class Analyzer:
         sub: tuple[int, ...] = ()
         if rules.subs:
             tokens = tokenize(texts, every, rules.base)
+            if tokens.positionals and tokens.positionals[0] in unknown:
+                return _unknown(
+                    f"runs `{texts[0]}` with a subcommand only known at run time"
+                    f" (`{texts[tokens.positionals[0]]}`)",
+                    "classifier:dynamic-program",
+                )
             candidates = tuple(texts[i] for i in tokens.positionals[: rules.longest_sub])
             for size in range(len(candidates), 0, -1):
                 found = rules.subs.get(candidates[:size])
@@ -378,7 +574,7 @@ class Analyzer:
                     break
             else:
                 if appended:
-                    return _never(
+                    return _unknown(
                         f"runs `{texts[0]}` with arguments appended from its input, which may"
                         " name any subcommand",
                         "classifier:appended",
@@ -408,11 +604,14 @@ class Analyzer:
                     list(range(1, sub[0])),
                     primary,
                     conditions_only=True,
+                    unknown=unknown,
                 )
             segment = list(range(sub[-1] + 1, len(texts)))
         else:
             segment = every
-        self._apply(judgement, rule, texts, segment, primary, conditions_only=False)
+        self._apply(
+            judgement, rule, texts, segment, primary, conditions_only=False, unknown=unknown
+        )
         return judgement
 
     def _apply(
@@ -424,10 +623,16 @@ class Analyzer:
         primary: bool,
         *,
         conditions_only: bool,
+        unknown: frozenset[int] = frozenset(),
     ) -> None:
         if rule.exec_segments:
             segment = self._exec_segments(j, rule, texts, segment)
         tokens = tokenize(texts, segment, rule, stop=rule.wraps)
+        if unknown:
+            ends = [i for name, _, i, _ in tokens.flags if name == "--"]
+            for i in tokens.positionals:
+                if i in unknown and not (ends and i > ends[0]):
+                    _maybe_option(j, rule, texts[i])
         inner_start = None
         if rule.wraps and tokens.stop is not None and not _has_flag(tokens, rule.wrap_unless):
             inner_start = self._wrapped(j, rule, texts, tokens.stop)
@@ -530,7 +735,19 @@ class Analyzer:
             if r.target is None:
                 continue
             key = -1 - n  # not an argv word: facts of redirections sort before argv
-            if r.writes and r.target.text not in _NOT_FILES:
+            if r.target.text.startswith(_NETWORK_PATHS):
+                j.facts[key] = ArgumentFact(
+                    -1, r.target.text, ArgumentKind.NETWORK, f"redirection {r.op}"
+                )
+                # Never, but no network grant: no rule asked for this connection, and the
+                # sandbox without network is what stops it.
+                j.raise_to(
+                    *NEVER,
+                    f"opens a network connection (`{r.target.text}`) in a redirection, which "
+                    "no rule grants",
+                )
+                j.rule_id = "classifier:network-redirect"
+            elif r.writes and r.target.text not in _NOT_FILES:
                 j.facts[key] = ArgumentFact(
                     -1, r.target.text, ArgumentKind.FILE_WRITE, f"redirection {r.op}"
                 )
@@ -544,10 +761,78 @@ class Analyzer:
             self._hijack(j, w.text)
 
     def _hijack(self, j: _Judgement, assignment: str) -> None:
-        name = assignment.partition("=")[0]
-        if name in _HIJACK_VARS or name.startswith(_HIJACK_PREFIXES):
-            j.raise_to(*NEVER, f"sets {name}, which changes which program runs or what it executes")
+        name = variable_name(assignment)
+        _, eq, value = assignment.partition("=")
+        self._sets(j, name, value if eq else None)
+
+    def _sets(self, j: _Judgement, name: str, value: str | None) -> None:
+        if hijacks(name, value):
+            j.raise_to(
+                *NEVER,
+                f"sets {name}, which changes which program runs or what it executes; "
+                + UNKNOWN_PROGRAM,
+            )
             j.rule_id = "classifier:environment"
+            j.network = j.approval = True
+
+    def _builtin_effects(self, j: _Judgement, words: Sequence[Word], texts: list[str]) -> None:
+        """What a builtin does to later words: variables it sets, code it stores, arithmetic
+        it evaluates."""
+        name = texts[0]
+        args = range(1, len(texts))
+        named = _dynamic_name(name, words, texts)
+        if named and j.raise_to(
+            *NEVER,
+            f"names a variable with `{named}`, only known at run time: an array subscript "
+            "in it is evaluated as arithmetic, which runs the commands it holds",
+        ):
+            j.rule_id = "classifier:arithmetic"
+        if name in _EVALUATING:
+            for i in args:
+                if holds_code(texts[i]):
+                    j.inner.append(
+                        ("evaluated", f"{name} argument evaluated as arithmetic", i, i + 1)
+                    )
+        if name in _DECLARING:
+            for i in args:
+                text = texts[i]
+                if (
+                    name != "export"
+                    and text.startswith("-")
+                    and "n" in text[1:]
+                    and "=" not in text
+                ):
+                    j.raise_to(
+                        *NEVER,
+                        f"`{name} {text}` makes a name reference: assignments through it set a "
+                        "variable the classifier cannot follow; " + UNKNOWN_PROGRAM,
+                    )
+                    j.rule_id = "classifier:environment"
+                    j.network = j.approval = True
+                elif "=" in text:
+                    self._hijack(j, text)
+        elif name in _NAMING:
+            for i in args:
+                if _VARIABLE.fullmatch(texts[i]):
+                    self._sets(j, texts[i], None)
+        elif name == "printf":
+            for flag, value, _, _ in tokenize(texts, list(args), None).flags:
+                if flag == "-v" and value is not None:
+                    self._sets(j, variable_name(value + "="), None)
+            for k in range(1, len(texts) - 1):
+                if texts[k] == "-v":
+                    self._sets(j, variable_name(texts[k + 1] + "="), None)
+        elif name in _SHELLS and _reads_code_from_input(words, texts):
+            if j.raise_to(
+                *NEVER, f"`{name}` reads the code it runs from its input; " + UNKNOWN_PROGRAM
+            ):
+                j.rule_id = "classifier:dynamic-program"
+            j.network = j.approval = True
+        elif name == "trap":
+            # The action is shell code that runs later (on a signal or at exit).
+            action = next((i for i in args if not texts[i].startswith("-")), None)
+            if action is not None and texts[action]:
+                j.inner.append(("code", "trap action", action, action + 1))
 
     def _escalate(self, j: _Judgement) -> None:
         writes = [f.text for f in j.facts.values() if f.kind is ArgumentKind.FILE_WRITE]
@@ -579,3 +864,86 @@ class Analyzer:
             return os.path.isabs(target)
         ws = os.path.normpath(self.workspace)
         return not (path == ws or path.startswith(ws.rstrip("/") + "/"))
+
+
+def _maybe_option(j: _Judgement, rule: Rule, text: str) -> None:
+    """``text`` (an expansion) may become any option of ``rule``: take the strictest verdict an
+    option can give."""
+    for cond in rule.when:
+        if cond.flags:
+            if j.raise_to(
+                cond.idempotency,
+                cond.replay,
+                f"`{text}` is only known at run time and may be {cond.flags[0]}, which "
+                f"{cond.reason}",
+            ):
+                j.rule_id = rule.qualified_id
+            j.network |= cond.network
+            j.approval |= cond.approval
+    roles = set(rule.value_roles.values())
+    if rule.exec_segments or rule.code_flag or Role.EXEC in roles:
+        j.raise_to(
+            *NEVER,
+            f"`{text}` is only known at run time and may be an option that runs a program; "
+            + UNKNOWN_PROGRAM,
+        )
+        j.network = j.approval = True
+        j.rule_id = "classifier:dynamic-option"
+    elif Role.WRITE in roles and j.idempotency is Idempotency.IDEMPOTENT:
+        j.raise_to(
+            Idempotency.CONDITIONAL,
+            ReplayPolicy.ASK,
+            f"`{text}` is only known at run time and may be an option that writes a file",
+        )
+        j.rule_id = "classifier:dynamic-option"
+
+
+def _reads_code_from_input(words: Sequence[Word], texts: Sequence[str]) -> bool:
+    """True when a shell or `source` runs code from stdin, a pipe or a process substitution
+    (`bash <<EOF`, `curl … | sh`, `source <(…)`, `. /dev/stdin`)."""
+    if texts[0] in ("source", "."):
+        return len(texts) < 2 or bool(words[1].dynamic) or texts[1].startswith(_STDIN_FILES)
+    options = [t for t in texts[1:] if t.startswith("-") and not t.startswith("--")]
+    if any("c" in t[1:] for t in options):
+        return False
+    script = next((t for t in texts[1:] if not t.startswith(("-", "+"))), None)
+    return (
+        script is None
+        or "s" in "".join(t[1:] for t in options)
+        or (script.startswith(_STDIN_FILES))
+    )
+
+
+# Options of `read` whose value is not a variable name.
+_READ_VALUES = frozenset({"-p", "-d", "-t", "-n", "-N", "-u", "-i"})
+
+
+def _dynamic_name(name: str, words: Sequence[Word], texts: Sequence[str]) -> str:
+    """The first word that names a variable (or an arithmetic expression) for ``name`` but is
+    only known at run time: `printf -v "$v"`, `read "$v"`, `unset "$v"`, `test -v "$v"`,
+    `let "$e"`, `declare -i n="$e"`; "" when there is none."""
+    dynamic = [bool(w.dynamic) and not _OPTION_FREE.match(w.text) for w in words]
+    if name == "let":
+        return next((texts[i] for i in range(1, len(texts)) if dynamic[i]), "")
+    if name in ("test", "[", "printf"):
+        flag = "-v"
+        return next(
+            (texts[i] for i in range(2, len(texts)) if dynamic[i] and texts[i - 1] == flag), ""
+        )
+    if name in ("read", "unset", "mapfile", "readarray"):
+        for i in range(1, len(texts)):
+            if dynamic[i] and not texts[i].startswith("-") and texts[i - 1] not in _READ_VALUES:
+                return texts[i]
+        return ""
+    if name in _DECLARING:
+        integer = any(t.startswith("-") and "i" in t for t in texts[1:])
+        for i in range(1, len(texts)):
+            text = texts[i]
+            target, eq, _ = text.partition("=")
+            if text.startswith("-"):
+                continue
+            if ("$" in target or "`" in target) or (not eq and dynamic[i]):
+                return text
+            if integer and dynamic[i]:
+                return text
+    return ""

@@ -10,7 +10,11 @@ character offsets* (so spans still point into the original string), or fail clos
   blanked (with its ``-p``);
 - every ``$(``, backtick, ``<(`` and ``>(`` that bash would expand is recorded, so that the
   parse walk can check that bashlex produced a node for each one (it produces none inside
-  ``${x:-$(…)}`` or in the body of an unquoted here-document).
+  ``${x:-$(…)}`` or in the body of an unquoted here-document);
+- constructs where bashlex and bash are known to read differently are recorded as *doubts*
+  and fail closed: a here-document delimiter holding `$` (`<<$'EOF'` ends at the line `EOF`
+  in bash, decoding ANSI-C escapes, but at `$EOF` in bashlex, so every line between would be
+  invisible).
 """
 
 from __future__ import annotations
@@ -47,6 +51,8 @@ class Prepared:
     text: str
     # Offsets of every `$(`, backtick, `<(` and `>(` that bash would expand.
     expansions: tuple[int, ...]
+    # (start, end, why): constructs bashlex may read differently from bash.
+    doubts: tuple[tuple[int, int, str], ...] = ()
 
 
 class _Scanner:
@@ -57,6 +63,7 @@ class _Scanner:
         self.expansions: list[int] = []
         self.literal: list[tuple[int, int]] = []  # quoted text, comments, here-doc bodies
         self.heredocs: list[Heredoc] = []
+        self.doubts: list[tuple[int, int, str]] = []
         self._pending: list[tuple[tuple[int, int], str, bool, bool]] = []
 
     def run(self) -> None:
@@ -184,6 +191,16 @@ class _Scanner:
             else:
                 delimiter.append(ch)
                 j += 1
+        if "$" in text[start:j]:
+            self.doubts.append(
+                (
+                    i,
+                    j,
+                    f"the here-document delimiter `{text[start:j]}` holds `$`: bash and the "
+                    "parser may end the here-document at different lines; use a plain "
+                    "delimiter such as <<'EOF'",
+                )
+            )
         if j > start:
             self._pending.append(((start, j), "".join(delimiter), quoted, strip_tabs))
         return j
@@ -257,4 +274,5 @@ def prepare(text: str) -> Prepared:
     return Prepared(
         text="".join(chars) if chars is not None else text,
         expansions=tuple(scanner.expansions),
+        doubts=tuple(scanner.doubts),
     )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from shellward.types import ReloadOutcome, Verdict
 
@@ -31,8 +31,14 @@ class LiveRules:
     def sources(self) -> tuple[str, ...]:
         return self._sources
 
-    def classify(self, command: str, cwd: str | None, workspace: str | None) -> Verdict:
-        return self._classifier.classify(command, cwd=cwd, workspace=workspace)
+    def classify(
+        self,
+        command: str,
+        cwd: str | None,
+        workspace: str | None,
+        env: Mapping[str, str] | None = None,
+    ) -> Verdict:
+        return self._classifier.classify(command, cwd=cwd, workspace=workspace, env=env)
 
     def reload(self) -> ReloadOutcome:
         with self._lock:

@@ -13,6 +13,8 @@ from typing import Any
 
 import bashlex
 
+from .braces import expand_word, has_braces
+from .crosscheck import disagreement
 from .lex import Prepared, prepare
 
 # Redirection operators that open their target for writing.
@@ -68,6 +70,8 @@ class Parsed:
     commands: tuple[SimpleCommand, ...]
     findings: tuple[Finding, ...]
     functions: frozenset[str]
+    # Variables a `for`/`select` loop assigns, as `NAME=` words.
+    loop_variables: tuple[Word, ...] = ()
 
 
 def is_blank(text: str) -> bool:
@@ -90,7 +94,12 @@ def parse(
     ``fallback`` (used for code re-parsed from a word whose text differs from its source)."""
     walker = _Walker(text, prepare(text), context, base, fallback)
     walker.run()
-    return Parsed(tuple(walker.commands), tuple(walker.findings), frozenset(walker.functions))
+    return Parsed(
+        tuple(walker.commands),
+        tuple(walker.findings),
+        frozenset(walker.functions),
+        tuple(walker.loop_variables),
+    )
 
 
 @dataclass
@@ -103,7 +112,10 @@ class _Walker:
     commands: list[SimpleCommand] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     functions: set[str] = field(default_factory=set)
+    loop_variables: list[Word] = field(default_factory=list)
     substitutions: set[int] = field(default_factory=set)
+    # Word offsets in ``text`` of every simple command, for the second parser's check.
+    local: list[tuple[tuple[int, int], ...]] = field(default_factory=list)
 
     def span(self, pos: tuple[int, int]) -> tuple[int, int]:
         if self.base is None:
@@ -114,6 +126,8 @@ class _Walker:
         self.findings.append(Finding(self.span(pos), reason))
 
     def run(self) -> None:
+        for start, end, why in self.prepared.doubts:
+            self.fail((start, end), why)
         try:
             trees = bashlex.parse(self.prepared.text)
         except Exception as exc:  # bashlex raises many kinds; all of them mean "unparsed"
@@ -129,6 +143,10 @@ class _Walker:
                     f"the parser did not see the substitution `{snippet}`"
                     " (inside `${…}` or an unquoted here-document)",
                 )
+        if not self.findings:
+            found = disagreement(self.text, self.local)
+            if found is not None:
+                self.fail((found[0], found[1]), found[2])
 
     def walk(self, node: Any, context: str, redirects: tuple[Redirect, ...]) -> None:
         kind = node.kind
@@ -142,6 +160,10 @@ class _Walker:
             for part in node.list:
                 self.walk(part, context, redirects + own)
         elif kind in ("if", "for", "while", "until"):
+            if kind == "for":
+                name = next((p for p in node.parts if p.kind == "word"), None)
+                if name is not None:
+                    self.loop_variables.append(Word(f"{name.word}=", self.span(name.pos)))
             for part in node.parts:
                 self.walk(part, context, redirects)
         elif kind == "function":
@@ -159,13 +181,16 @@ class _Walker:
         words: list[Word] = []
         assignments: list[Word] = []
         redirects: list[Redirect] = []
+        local: list[tuple[int, int]] = []
         for part in node.parts:
             if part.kind == "word":
-                words.append(self.word(part, context))
+                words.extend(self.expanded(self.word(part, context), part.pos))
+                local.append(part.pos)
             elif part.kind == "assignment":
                 assignments.append(self.word(part, context))
             elif part.kind == "redirect":
                 redirects.append(self.redirect(part, context))
+        self.local.append(tuple(local))
         self.commands.append(
             SimpleCommand(
                 tuple(words),
@@ -188,7 +213,23 @@ class _Walker:
                 label = "`…`" if opener[:1] == "`" else f"{opener}…)"
                 dynamic = "a command substitution"
                 self.walk(part.command, join_context(context, label), ())
+        raw = self.text[node.pos[0] : node.pos[1]]
+        if not dynamic and _glob_start(raw):
+            # The files in the directory decide what it becomes (a file named `-delete`…).
+            dynamic = f"a glob (`{raw}`)"
         return Word(node.word, self.span(node.pos), dynamic)
+
+    def expanded(self, word: Word, pos: tuple[int, int]) -> list[Word]:
+        """The words bash makes of ``word`` by brace expansion (usually just ``word``)."""
+        raw = self.text[pos[0] : pos[1]]
+        if not has_braces(raw):
+            return [word]
+        texts = expand_word(raw)
+        if texts is None:
+            return [
+                Word(word.text, word.span, word.dynamic or "a brace expansion too large to read")
+            ]
+        return [Word(text, word.span, word.dynamic) for text in texts]
 
     def redirect(self, node: Any, context: str) -> Redirect:
         target = node.output
@@ -199,6 +240,11 @@ class _Walker:
         if op in (">&", "<&") and (word.text.isdigit() or word.text == "-"):
             return Redirect(op, None, self.span(node.pos))
         return Redirect(op, word, self.span(node.pos))
+
+
+def _glob_start(raw: str) -> bool:
+    """True when an unquoted word starts with a glob that matches file names."""
+    return raw[:1] in ("*", "?") or (raw[:1] == "[" and len(raw) > 2 and "]" in raw[1:])
 
 
 def _snippet(text: str, limit: int = 40) -> str:
