@@ -3,11 +3,13 @@ ValueError for input that holds no command at all."""
 
 from __future__ import annotations
 
-from shellward.types import CommandPart, ReplayPolicy, Verdict
+from dataclasses import replace
+
+from shellward.types import CommandPart, Idempotency, ReplayPolicy, Verdict
 
 from .engine import RANK, Analyzer
 from .parse import is_blank
-from .ruleset import RuleIndex, RuleSet
+from .ruleset import RepoRules, RuleIndex, RuleSet
 
 # Longer input is refused (fail closed) rather than handed to a parser of unknown cost.
 MAX_COMMAND_CHARS = 65536
@@ -26,8 +28,26 @@ class Classifier:
             raise ValueError(
                 "the command is empty (only whitespace or comments): give a shell command to run"
             )
-        index, constraints = self.rules.for_directory(cwd if cwd is not None else workspace)
-        return classify_with(command, index, constraints, cwd=cwd, workspace=workspace)
+        scope = self.rules.for_directory(cwd if cwd is not None else workspace)
+        verdict = classify_with(
+            command, scope.index, scope.constraints, cwd=cwd, workspace=workspace
+        )
+        if scope.broken is None:
+            return verdict
+        return _verdict(command, [_fail_closed(part, scope.broken) for part in verdict.parts])
+
+
+def _fail_closed(part: CommandPart, repo: RepoRules) -> CommandPart:
+    """A part in a repo whose rule file is broken: never replayed, but with the network and
+    approval flags the layers below gave it (a broken file must not lower them)."""
+    return replace(
+        part,
+        idempotency=Idempotency.NON_IDEMPOTENT,
+        replay_policy=ReplayPolicy.NEVER,
+        reason=f"is in {repo.root}, whose rule file is broken ({repo.problem}); fix it "
+        "(`shellward rules check`), then reload the rules",
+        rule_id="classifier:repo-rules",
+    )
 
 
 def classify_with(

@@ -70,6 +70,7 @@ class Condition:
     match: tuple[str, ...]
     not_match: tuple[str, ...]
     line: int
+    approval_off: bool = False  # `approval = false` written out: a widening in a repo file
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +104,7 @@ class Rule:
     when: tuple[Condition, ...]
     match: tuple[str, ...]
     not_match: tuple[str, ...]
+    approval_off: bool = False  # `approval = false` written out: a widening in a repo file
     # Derived at load for the tokenizer: every flag that takes a value, and the single-dash
     # flags longer than one letter (`-exec`, `-delete`) that must not be read as clusters.
     takes_value: frozenset[str] = frozenset()
@@ -293,6 +295,7 @@ def _read_rule(r: _Reader, source: str) -> Rule:
         replay=replay,
         network=r.get("network", bool, False),
         approval=r.get("approval", bool, False),
+        approval_off=r.table.get("approval") is False,
         reason=_reason(r, line),
         args=r.enum("args", Role, Role.OPAQUE),
         first_args=first_args,
@@ -369,6 +372,7 @@ def _read_condition(r: _Reader, rule: Rule, index: int, table: Any) -> Condition
         replay=sub.enum("replay", ReplayPolicy, rule.replay, line),
         network=sub.get("network", bool, False, line),
         approval=sub.get("approval", bool, False, line),
+        approval_off=sub.table.get("approval") is False,
         reason=_reason(sub, line),
         args=sub.enum("args", Role, None, line) if "args" in table else None,
         match=sub.strings("match", line),
