@@ -19,6 +19,7 @@ from shellward.types import ArgumentFact, ArgumentKind, CommandPart, Idempotency
 from .parse import Redirect, SimpleCommand, Word, join_context, parse
 from .rules import Condition, Role, Rule
 from .ruleset import ProgramRules, RuleIndex
+from .scripts import READERS
 
 NEVER = (Idempotency.NON_IDEMPOTENT, ReplayPolicy.NEVER)
 # Strictness ranks, looked up instead of the enums' own ordering (which lists the members
@@ -61,17 +62,38 @@ class _Tokens:
     stop: int | None = None  # for wrappers: index of the first word of the inner command
 
 
+def _is_prefix(given: str, declared: str) -> bool:
+    # GNU getopt_long accepts any prefix of a long option (`--o` for `--output`): one that
+    # fits several options is an error, so matching all of them only errs on the strict side.
+    return len(given) >= 3 and given[:2] == "--" and declared.startswith(given)
+
+
+def _expand(name: str, long_flags: frozenset[str]) -> str:
+    """The declared long option ``name`` abbreviates, when exactly one fits."""
+    if name in long_flags or len(name) < 3:
+        return name
+    fits = [f for f in long_flags if f.startswith(name)]
+    return fits[0] if len(fits) == 1 else name
+
+
 def _takes_value(name: str, takes_value: frozenset[str]) -> bool:
-    if name in takes_value:
-        return True
-    # GNU getopt accepts any unambiguous prefix of a long option (`--out` for `--output`).
-    return len(name) >= 4 and name[:2] == "--" and any(f.startswith(name) for f in takes_value)
+    return name in takes_value or any(_is_prefix(name, f) for f in takes_value)
 
 
 def _flag_matches(given: str, declared: str) -> bool:
-    return given == declared or (
-        len(given) >= 4 and given[:2] == "--" and declared.startswith(given)
-    )
+    return given == declared or _is_prefix(given, declared)
+
+
+# An ambiguous abbreviation takes the strictest role of the options it may name.
+_ROLE_ORDER = (Role.EXEC, Role.WRITE, Role.NETWORK, Role.READ, Role.OPAQUE)
+
+
+def _value_role(rule: Rule, name: str) -> Role | None:
+    role = rule.value_roles.get(name)
+    if role is not None or not name.startswith("--"):
+        return role
+    roles = {r for f, r in rule.value_roles.items() if _is_prefix(name, f)}
+    return next((r for r in _ROLE_ORDER if r in roles), None)
 
 
 def tokenize(
@@ -80,6 +102,7 @@ def tokenize(
     """Split the words at ``indexes`` into flags (with values) and positionals."""
     takes = rule.takes_value if rule else frozenset()
     long_single = rule.long_single if rule else frozenset()
+    long_flags = rule.long_flags if rule else frozenset()
     out = _Tokens()
     only_positionals = False
     k = 0
@@ -100,6 +123,7 @@ def tokenize(
                 return out
         elif w[1] == "-" or w in long_single or w.partition("=")[0] in long_single:
             name, eq, value = w.partition("=")
+            name = _expand(name, long_flags)
             if eq:
                 out.flags.append((name, value, i, True))
             elif k < len(indexes) and _takes_value(name, takes):
@@ -442,15 +466,15 @@ class Analyzer:
                     args = cond.args
         if conditions_only or not primary:
             return
-        for name, _, i, attached in tokens.flags:
-            role = rule.value_roles.get(name)
+        for name, value, i, attached in tokens.flags:
+            role = _value_role(rule, name)
             if attached and role is not None:
-                self._role_fact(j, i, texts[i], role, f"value of {name}")
+                self._role_fact(j, i, texts[i], role, f"value of {name}", rule, value)
             elif i not in j.facts:
                 j.fact(i, texts[i], ArgumentKind.FLAG)
         for i, name in tokens.values.items():
             self._role_fact(
-                j, i, texts[i], rule.value_roles.get(name, Role.OPAQUE), f"value of {name}"
+                j, i, texts[i], _value_role(rule, name) or Role.OPAQUE, f"value of {name}", rule
             )
         positionals = tokens.positionals
         code: list[int] = []
@@ -471,16 +495,45 @@ class Analyzer:
                 role = rule.last_arg
             else:
                 role = args
-            self._role_fact(j, i, texts[i], role, "")
+            self._role_fact(j, i, texts[i], role, "", rule)
         if inner_start is not None:
             label = texts[0] if rule.subcommands == ((),) else f"{texts[0]} {rule.id}"
             kind = "appended" if rule.wrap_appends else "command"
             j.inner.append((kind, label, inner_start, len(texts)))
 
-    def _role_fact(self, j: _Judgement, i: int, text: str, role: Role, note: str) -> None:
+    def _role_fact(
+        self,
+        j: _Judgement,
+        i: int,
+        text: str,
+        role: Role,
+        note: str,
+        rule: Rule | None = None,
+        value: str | None = None,
+    ) -> None:
         j.fact(i, text, role.kind, note)
         if role is Role.EXEC:
             j.raise_to(*NEVER, f"runs a program given as an argument (`{text}`)")
+        elif role is Role.SCRIPT and rule is not None:
+            self._script(j, rule.script, text if value is None else value)
+
+    def _script(self, j: _Judgement, language: str, script: str) -> None:
+        """What a script argument (sed's) does besides printing: writes become file-write
+        facts (judged like redirections), commands and unreadable scripts never replay."""
+        effects = READERS[language](script)
+        for target in effects.writes:
+            if target in _NOT_FILES:
+                continue
+            key = -1000 - len(j.facts)  # not an argv word, like a redirection
+            j.facts[key] = ArgumentFact(
+                -1, target, ArgumentKind.FILE_WRITE, f"written by the {language} script"
+            )
+        if effects.runs:
+            j.raise_to(*NEVER, effects.runs)
+        elif effects.unreadable:
+            j.raise_to(
+                *NEVER, f"has a {language} script the classifier cannot read: {effects.unreadable}"
+            )
 
     def _wrapped(self, j: _Judgement, rule: Rule, texts: list[str], start: int) -> int | None:
         """Skip a wrapper's leading operands (`timeout 5`, `env A=1`); return where the inner

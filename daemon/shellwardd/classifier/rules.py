@@ -11,11 +11,13 @@ from __future__ import annotations
 import enum
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from shellward.types import ArgumentKind, Idempotency, ReplayPolicy
+
+from .scripts import READERS
 
 
 class RuleFileError(Exception):
@@ -36,6 +38,7 @@ class Role(enum.Enum):
     OPAQUE = "opaque"
     NETWORK = "network"
     EXEC = "exec"
+    SCRIPT = "script"  # code in the program's own language, read by the rule's `script`
 
     @property
     def kind(self) -> ArgumentKind:
@@ -48,6 +51,7 @@ _ROLE_KINDS = {
     Role.OPAQUE: ArgumentKind.OPAQUE,
     Role.NETWORK: ArgumentKind.NETWORK,
     Role.EXEC: ArgumentKind.EXEC_HOOK,
+    Role.SCRIPT: ArgumentKind.OPAQUE,
 }
 
 
@@ -101,6 +105,7 @@ class Rule:
     code_flag: str
     code_args: bool
     exec_segments: tuple[str, ...]
+    script: str  # the language of `script` arguments ("sed"), or ""
     when: tuple[Condition, ...]
     match: tuple[str, ...]
     not_match: tuple[str, ...]
@@ -109,6 +114,8 @@ class Rule:
     # flags longer than one letter (`-exec`, `-delete`) that must not be read as clusters.
     takes_value: frozenset[str] = frozenset()
     long_single: frozenset[str] = frozenset()
+    # Every declared `--flag`: GNU getopt_long accepts any unique prefix of one (`--outp`).
+    long_flags: frozenset[str] = frozenset()
 
     @property
     def qualified_id(self) -> str:
@@ -123,7 +130,7 @@ _VERDICT_FIELDS = {"idempotency", "replay", "network", "approval", "reason"}
 _RULE_FIELDS = _VERDICT_FIELDS | {
     "id", "program", "subcommand", "args", "first_args", "first_args_unless", "last_arg",
     "value_flags", "value_roles", "wraps", "wrap_skip", "wrap_unless", "wrap_appends", "code_flag",
-    "code_args", "exec_segments", "when", "match", "not_match",
+    "code_args", "exec_segments", "script", "when", "match", "not_match",
 }  # fmt: skip
 _CONDITION_FIELDS = _VERDICT_FIELDS | {
     "flags", "unless_flags", "values", "unless_values", "min_args", "arg_regex", "args",
@@ -310,6 +317,7 @@ def _read_rule(r: _Reader, source: str) -> Rule:
         code_flag=r.get("code_flag", str, ""),
         code_args=r.get("code_args", bool, False),
         exec_segments=r.strings("exec_segments"),
+        script=_script(r, roles.values(), first_args),
         when=(),
         match=r.strings("match"),
         not_match=r.strings("not_match"),
@@ -322,7 +330,14 @@ def _read_rule(r: _Reader, source: str) -> Rule:
     declared |= set(rule.first_args_unless) | {rule.code_flag}
     declared |= {f for c in conditions for f in (*c.flags, *c.unless_flags)}
     long_single = frozenset(f for f in declared if len(f) > 2 and f[0] == "-" and f[1] != "-")
-    return replace(rule, when=conditions, takes_value=takes_value, long_single=long_single)
+    long_flags = frozenset(f for f in declared if len(f) > 2 and f[:2] == "--")
+    return replace(
+        rule,
+        when=conditions,
+        takes_value=takes_value,
+        long_single=long_single,
+        long_flags=long_flags,
+    )
 
 
 def _role(r: _Reader, name: str) -> Role:
@@ -334,6 +349,16 @@ def _role(r: _Reader, name: str) -> Role:
             f"invalid role {name!r}: use one of " + ", ".join(m.value for m in Role),
         )
         raise
+
+
+def _script(r: _Reader, roles: Iterable[Role], first_args: tuple[Role, ...]) -> str:
+    language = r.get("script", str, "")
+    if language and language not in READERS:
+        r.fail(r.line_of("script"), f"unknown `script` {language!r}: use one of {sorted(READERS)}")
+    uses = {*roles, *first_args, r.table.get("args"), r.table.get("last_arg")}
+    if not language and (Role.SCRIPT in uses or "script" in uses):
+        r.fail(r.block[0], "a `script` role needs `script` to name the language (`sed`)")
+    return str(language)
 
 
 def _reason(r: _Reader, line: int) -> str:
