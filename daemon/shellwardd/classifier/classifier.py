@@ -1,5 +1,6 @@
-"""The Classifier: a command string in, a Verdict out. Pure: no I/O, never raises except
-ValueError for input that holds no command at all."""
+"""The Classifier: a command string in, a Verdict out. Pure but for one listing of the
+working directory (a module shadowed for `python -m`); never raises except ValueError for
+input that holds no command at all."""
 
 from __future__ import annotations
 

@@ -4,6 +4,8 @@ The engine parses (parse.py), resolves each program, finds its rule, reads argv 
 rule's argument description, applies the rule's conditions, and follows code that a command
 runs as code (wrappers, ``bash -c``, ``eval``, ``find -exec``) into parts of their own.
 Anything it cannot see through is non_idempotent/never, with a reason naming the cause.
+Its one look outside the command: given a working directory, `python -m MODULE` lists it for
+a file that would shadow the module.
 """
 
 from __future__ import annotations
@@ -147,6 +149,23 @@ def tokenize(
                     break
                 out.flags.append((name, None, i, False))
     return out
+
+
+def _subcommand_words(
+    texts: Sequence[str], tokens: _Tokens, rules: ProgramRules
+) -> tuple[tuple[int, ...], tuple[str, ...], int]:
+    """(word indexes, texts) that may name a subcommand, and where the program's own options
+    end when a flag introduces the subcommand (`python -m json.tool`, `-mjson.tool`)."""
+    lead = rules.base.subcommand_flag if rules.base is not None else ""
+    if not lead:
+        indexes = tuple(tokens.positionals[: rules.longest_sub])
+        return indexes, tuple(texts[i] for i in indexes), 0
+    for name, value, i, attached in tokens.flags:
+        if name == lead and value is not None:
+            first = i if attached else i + 1
+            rest = [p for p in tokens.positionals if p > first][: rules.longest_sub - 1]
+            return (first, *rest), (value, *(texts[p] for p in rest)), i
+    return (), (), 0
 
 
 def _has_flag(tokens: _Tokens, declared: Sequence[str]) -> bool:
@@ -392,13 +411,15 @@ class Analyzer:
         every = list(range(1, len(texts)))
         rule = rules.base
         sub: tuple[int, ...] = ()
+        options_end = 0  # the program's own options are the words before this one
+        candidates: tuple[str, ...] = ()
         if rules.subs:
             tokens = tokenize(texts, every, rules.base)
-            candidates = tuple(texts[i] for i in tokens.positionals[: rules.longest_sub])
+            indexes, candidates, options_end = _subcommand_words(texts, tokens, rules)
             for size in range(len(candidates), 0, -1):
                 found = rules.subs.get(candidates[:size])
                 if found is not None:
-                    rule, sub = found, tuple(tokens.positionals[:size])
+                    rule, sub = found, indexes[:size]
                     break
             else:
                 if appended:
@@ -422,6 +443,8 @@ class Analyzer:
         if sub:
             for i in sub:
                 judgement.fact(i, texts[i], ArgumentKind.SUBCOMMAND)
+            if options_end:
+                self._shadowing(judgement, candidates[0])
             if rules.base is not None:
                 # The program's own options (before the subcommand) answer to its own rule:
                 # `git -c core.pager=… log` is decided by the `git` conditions.
@@ -429,7 +452,7 @@ class Analyzer:
                     judgement,
                     rules.base,
                     texts,
-                    list(range(1, sub[0])),
+                    list(range(1, options_end or sub[0])),
                     primary,
                     conditions_only=True,
                 )
@@ -500,6 +523,25 @@ class Analyzer:
             label = texts[0] if rule.subcommands == ((),) else f"{texts[0]} {rule.id}"
             kind = "appended" if rule.wrap_appends else "command"
             j.inner.append((kind, label, inner_start, len(texts)))
+
+    def _shadowing(self, j: _Judgement, module: str) -> None:
+        """`python -m MODULE` looks in the working directory first: a file or directory
+        there named like the module's top-level package runs instead of it."""
+        if self.cwd is None:
+            return
+        top = module.partition(".")[0]
+        try:
+            names = os.listdir(self.cwd)
+        except OSError:
+            return  # no such directory: the call fails before running anything
+        found = sorted(n for n in names if n == top or n.startswith(top + "."))
+        if found:
+            j.raise_to(
+                *NEVER,
+                f"runs `{module}` from the working directory, where `{found[0]}` shadows the"
+                " module (`-m` searches the working directory first)",
+            )
+            j.rule_id = "classifier:shadowed-module"
 
     def _role_fact(
         self,

@@ -106,6 +106,7 @@ class Rule:
     code_args: bool
     exec_segments: tuple[str, ...]
     script: str  # the language of `script` arguments ("sed"), or ""
+    subcommand_flag: str  # subcommands are this flag's value (`python -m MODULE`), or ""
     when: tuple[Condition, ...]
     match: tuple[str, ...]
     not_match: tuple[str, ...]
@@ -130,7 +131,7 @@ _VERDICT_FIELDS = {"idempotency", "replay", "network", "approval", "reason"}
 _RULE_FIELDS = _VERDICT_FIELDS | {
     "id", "program", "subcommand", "args", "first_args", "first_args_unless", "last_arg",
     "value_flags", "value_roles", "wraps", "wrap_skip", "wrap_unless", "wrap_appends", "code_flag",
-    "code_args", "exec_segments", "script", "when", "match", "not_match",
+    "code_args", "exec_segments", "script", "subcommand_flag", "when", "match", "not_match",
 }  # fmt: skip
 _CONDITION_FIELDS = _VERDICT_FIELDS | {
     "flags", "unless_flags", "values", "unless_values", "min_args", "arg_regex", "args",
@@ -318,6 +319,7 @@ def _read_rule(r: _Reader, source: str) -> Rule:
         code_args=r.get("code_args", bool, False),
         exec_segments=r.strings("exec_segments"),
         script=_script(r, roles.values(), first_args),
+        subcommand_flag=r.get("subcommand_flag", str, ""),
         when=(),
         match=r.strings("match"),
         not_match=r.strings("not_match"),
@@ -325,6 +327,7 @@ def _read_rule(r: _Reader, source: str) -> Rule:
     # Conditions are read after the rule because their defaults are the rule's verdict.
     conditions = tuple(_read_condition(r, rule, n, t) for n, t in enumerate(when_tables))
     takes_value = rule.value_flags | frozenset(rule.value_roles)
+    takes_value |= {rule.subcommand_flag} - {""}
     takes_value |= {f for c in conditions if c.values or c.unless_values for f in c.flags}
     declared = set(takes_value) | set(rule.exec_segments) | set(rule.wrap_unless)
     declared |= set(rule.first_args_unless) | {rule.code_flag}
