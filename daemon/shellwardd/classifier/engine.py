@@ -15,9 +15,11 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
+from pathlib import Path
 
 from shellward.types import ArgumentFact, ArgumentKind, CommandPart, Idempotency, ReplayPolicy
 
+from . import gitconfig
 from .parse import Redirect, SimpleCommand, Word, join_context, parse
 from .rules import Condition, Role, Rule
 from .ruleset import ProgramRules, RuleIndex
@@ -238,6 +240,8 @@ class Analyzer:
     parts: list[CommandPart] = field(default_factory=list)
     functions: set[str] = field(default_factory=set)
     source: str = ""  # the original command string, to map spans of re-parsed code
+    # Repository configuration hazards, read once per git directory per command.
+    git_hazards: dict[str, list[gitconfig.Hazard]] = field(default_factory=dict)
 
     def code(
         self, text: str, context: str, base: int | None, fallback: tuple[int, int], depth: int
@@ -460,7 +464,42 @@ class Analyzer:
         else:
             segment = every
         self._apply(judgement, rule, texts, segment, primary, conditions_only=False)
+        if primary and rules.base is not None and rules.base.repo_config:
+            end = options_end or (sub[0] if sub else len(texts))
+            self._repo_config(judgement, texts, tokenize(texts, range(1, end), rules.base))
         return judgement
+
+    def _repo_config(self, j: _Judgement, texts: list[str], tokens: _Tokens) -> None:
+        """git obeys the repository's configuration: one that names a program to run makes
+        every git command in that repository never replayed (see gitconfig.py)."""
+        if self.cwd is None:
+            return
+        start, explicit = self.cwd, None
+        for name, value, _, _ in tokens.flags:
+            if name in ("-C", "--git-dir", "--work-tree") and value is not None:
+                if "$" in value or "`" in value or value.startswith("~"):
+                    j.raise_to(*NEVER, f"runs git in `{value}`, a directory known only at run time")
+                    j.rule_id = "classifier:git-config"
+                    return
+                if name == "-C":
+                    start = os.path.join(start, value)
+                elif name == "--git-dir":
+                    explicit = os.path.join(self.cwd, value)
+        directory = gitconfig.git_dir(start) if explicit is None else Path(explicit)
+        if directory is None:
+            return
+        key = str(directory)
+        if key not in self.git_hazards:
+            self.git_hazards[key] = gitconfig.hazards(directory)
+        found = self.git_hazards[key]
+        if found:
+            more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+            j.raise_to(
+                *NEVER,
+                f"{j.reason}, but the repository's git configuration sets "
+                f"{found[0].describe()}{more}, which makes git run a program",
+            )
+            j.rule_id = "classifier:git-config"
 
     def _apply(
         self,

@@ -107,6 +107,7 @@ class Rule:
     exec_segments: tuple[str, ...]
     script: str  # the language of `script` arguments ("sed"), or ""
     subcommand_flag: str  # subcommands are this flag's value (`python -m MODULE`), or ""
+    repo_config: str  # the repository configuration the program obeys ("git"), or ""
     when: tuple[Condition, ...]
     match: tuple[str, ...]
     not_match: tuple[str, ...]
@@ -131,7 +132,8 @@ _VERDICT_FIELDS = {"idempotency", "replay", "network", "approval", "reason"}
 _RULE_FIELDS = _VERDICT_FIELDS | {
     "id", "program", "subcommand", "args", "first_args", "first_args_unless", "last_arg",
     "value_flags", "value_roles", "wraps", "wrap_skip", "wrap_unless", "wrap_appends", "code_flag",
-    "code_args", "exec_segments", "script", "subcommand_flag", "when", "match", "not_match",
+    "code_args", "exec_segments", "script", "subcommand_flag",
+    "repo_config", "when", "match", "not_match",
 }  # fmt: skip
 _CONDITION_FIELDS = _VERDICT_FIELDS | {
     "flags", "unless_flags", "values", "unless_values", "min_args", "arg_regex", "args",
@@ -320,6 +322,7 @@ def _read_rule(r: _Reader, source: str) -> Rule:
         exec_segments=r.strings("exec_segments"),
         script=_script(r, roles.values(), first_args),
         subcommand_flag=r.get("subcommand_flag", str, ""),
+        repo_config=_repo_config(r),
         when=(),
         match=r.strings("match"),
         not_match=r.strings("not_match"),
@@ -362,6 +365,13 @@ def _script(r: _Reader, roles: Iterable[Role], first_args: tuple[Role, ...]) -> 
     if not language and (Role.SCRIPT in uses or "script" in uses):
         r.fail(r.block[0], "a `script` role needs `script` to name the language (`sed`)")
     return str(language)
+
+
+def _repo_config(r: _Reader) -> str:
+    kind = r.get("repo_config", str, "")
+    if kind not in ("", "git"):
+        r.fail(r.line_of("repo_config"), f'unknown `repo_config` {kind!r}: use "git"')
+    return str(kind)
 
 
 def _reason(r: _Reader, line: int) -> str:
