@@ -474,24 +474,26 @@ class Analyzer:
         every git command in that repository never replayed (see gitconfig.py)."""
         if self.cwd is None:
             return
-        start, explicit = self.cwd, None
+        starts = self._working_dirs(j, "git")
+        explicit = None
         for name, value, _, _ in tokens.flags:
             if name in ("-C", "--git-dir", "--work-tree") and value is not None:
-                if "$" in value or "`" in value or value.startswith("~"):
+                if _dynamic_dir(value):
                     j.raise_to(*NEVER, f"runs git in `{value}`, a directory known only at run time")
                     j.rule_id = "classifier:git-config"
                     return
                 if name == "-C":
-                    start = os.path.join(start, value)
+                    starts = [os.path.join(start, value) for start in starts]
                 elif name == "--git-dir":
-                    explicit = os.path.join(self.cwd, value)
-        directory = gitconfig.git_dir(start) if explicit is None else Path(explicit)
-        if directory is None:
-            return
-        key = str(directory)
-        if key not in self.git_hazards:
-            self.git_hazards[key] = gitconfig.hazards(directory)
-        found = self.git_hazards[key]
+                    explicit = [os.path.join(start, value) for start in starts]
+        found: list[gitconfig.Hazard] = []
+        for start in starts if explicit is None else explicit:
+            directory = gitconfig.git_dir(start) if explicit is None else Path(start)
+            if directory is not None:
+                key = str(directory)
+                if key not in self.git_hazards:
+                    self.git_hazards[key] = gitconfig.hazards(directory)
+                found.extend(self.git_hazards[key])
         if found:
             more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
             j.raise_to(
@@ -500,6 +502,29 @@ class Analyzer:
                 f"{found[0].describe()}{more}, which makes git run a program",
             )
             j.rule_id = "classifier:git-config"
+
+    def _working_dirs(self, j: _Judgement, what: str) -> list[str]:
+        """The directories a command may run in: the working directory, and every one an
+        earlier `cd` or `pushd` of this command string named (in order, each relative to
+        the last). One known only at run time makes the part never replayed."""
+        assert self.cwd is not None
+        current, dirs = self.cwd, [self.cwd]
+        for part in self.parts:
+            if part.program not in ("cd", "pushd", "popd"):
+                continue
+            args = [a for a in part.argv[1:] if not a.startswith("-") or a == "-"]
+            target = args[0] if args and part.program != "popd" else "$HOME"
+            if _dynamic_dir(target) or target == "-":
+                j.raise_to(
+                    *NEVER,
+                    f"runs {what} after `{' '.join(part.argv)}`, in a directory known only at"
+                    " run time",
+                )
+                j.rule_id = "classifier:working-directory"
+                return []
+            current = os.path.normpath(os.path.join(current, target))
+            dirs.append(current)
+        return dirs
 
     def _apply(
         self,
@@ -569,18 +594,20 @@ class Analyzer:
         if self.cwd is None:
             return
         top = module.partition(".")[0]
-        try:
-            names = os.listdir(self.cwd)
-        except OSError:
-            return  # no such directory: the call fails before running anything
-        found = sorted(n for n in names if n == top or n.startswith(top + "."))
-        if found:
-            j.raise_to(
-                *NEVER,
-                f"runs `{module}` from the working directory, where `{found[0]}` shadows the"
-                " module (`-m` searches the working directory first)",
-            )
-            j.rule_id = "classifier:shadowed-module"
+        for directory in self._working_dirs(j, f"`-m {module}`"):
+            try:
+                names = os.listdir(directory)
+            except OSError:
+                continue  # no such directory: the call fails before running anything
+            found = sorted(n for n in names if n == top or n.startswith(top + "."))
+            if found:
+                j.raise_to(
+                    *NEVER,
+                    f"runs `{module}` from the working directory, where `{found[0]}` shadows"
+                    " the module (`-m` searches the working directory first)",
+                )
+                j.rule_id = "classifier:shadowed-module"
+                return
 
     def _role_fact(
         self,
@@ -713,3 +740,7 @@ class Analyzer:
             return os.path.isabs(target)
         ws = os.path.normpath(self.workspace)
         return not (path == ws or path.startswith(ws.rstrip("/") + "/"))
+
+
+def _dynamic_dir(path: str) -> bool:
+    return "$" in path or "`" in path or path.startswith("~")
