@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -325,3 +326,19 @@ def test_trusted_repo_may_loosen(tmp_path: Path) -> None:
 def test_repo_without_rule_file_is_fine(tmp_path: Path) -> None:
     rules = load_rules(repo_roots=[tmp_path])
     assert pair(Classifier(rules).classify("ls", cwd=str(tmp_path))) == AUTO
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo", "dangling link"])
+def test_a_repo_rule_file_that_is_not_a_file_fails_closed(tmp_path: Path, kind: str) -> None:
+    path = tmp_path / ".shellward" / "rules.toml"
+    path.parent.mkdir()
+    if kind == "directory":
+        path.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to(tmp_path / "nowhere")
+    rules = load_rules(repo_roots=[tmp_path])  # returns: a FIFO is never opened
+    problem = rules.repos[0].problem
+    assert problem is not None and "not a regular file" in problem.message
+    assert pair(Classifier(rules).classify("ls", cwd=str(tmp_path))) == NEVER

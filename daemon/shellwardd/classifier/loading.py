@@ -88,10 +88,12 @@ def load_repo_rules(
     then fails closed), because an agent can write this file and must not stop the daemon.
     """
     path = root / REPO_RULES
-    if not path.is_file():
+    if not os.path.lexists(path):
         return None
     absolute = os.path.abspath(root)
     try:
+        if not path.is_file():  # a directory, a FIFO (reading it would block), a dead link
+            raise RuleFileError(str(path), 1, "not a regular file: make it one, or remove it")
         rules, text = _read(path, "repo")
         check_conflicts(rules)
         if trusted:
