@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -120,3 +121,16 @@ def test_git_pointed_at_another_repo_reads_that_config(tmp_path: Path, clf: Clas
     )
     assert pair(clf.classify('git -C "$D" status', cwd=str(clean), workspace=ws)) == NEVER
     assert pair(clf.classify("git -C ../clean status", cwd=str(clean), workspace=ws)) == AUTO
+
+
+def test_a_fifo_or_huge_config_fails_closed_without_blocking(tmp_path: Path) -> None:
+    fifo = _repo(tmp_path / "fifo")
+    (fifo / ".git" / "config").unlink()
+    os.mkfifo(fifo / ".git" / "config")
+    (found,) = hazards(fifo / ".git")  # returns: the FIFO is never read
+    assert found.key == "" and found.note == "not a regular file"
+    huge = _repo(tmp_path / "huge")
+    with (huge / ".git" / "config").open("a") as fh:
+        fh.write("# padding\n" * 200_000)
+    (found,) = hazards(huge / ".git")
+    assert "larger than" in found.note

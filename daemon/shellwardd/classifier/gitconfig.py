@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,8 +89,8 @@ def git_dir(start: str) -> Path | None:
             return dot_git
         if dot_git.is_file():
             try:
-                text = dot_git.read_text(encoding="utf-8", errors="replace")[:4096]
-            except OSError:
+                text = _read(dot_git).decode("utf-8", errors="replace")
+            except (OSError, _Broken):
                 return dot_git  # unreadable: scanning it reports the problem
             target = text.strip().removeprefix("gitdir:").strip()
             return (directory / target) if target else dot_git
@@ -101,13 +102,14 @@ def hazards(gitdir: Path) -> list[Hazard]:
     found: list[Hazard] = []
     common = gitdir
     try:
-        commondir = (gitdir / "commondir").read_text(encoding="utf-8").strip()
-        common = gitdir / commondir
-    except (OSError, UnicodeDecodeError):
-        pass
+        common = gitdir / _read(gitdir / "commondir").decode("utf-8", "replace").strip()
+    except FileNotFoundError:
+        pass  # not a worktree
+    except _Broken as exc:
+        found.append(Hazard("", exc.where, exc.note))
     try:
         for path in (common / "config", gitdir / "config.worktree"):
-            if path.is_file() or path.is_symlink():
+            if os.path.lexists(path):
                 _scan(path, found, 0)
         if not gitdir.is_dir():
             raise _Broken(str(gitdir), "the git directory is not a directory")
@@ -125,14 +127,9 @@ def _scan(path: Path, found: list[Hazard], depth: int) -> None:
     if depth > MAX_INCLUDE_DEPTH:
         raise _Broken(str(path), f"includes nested more than {MAX_INCLUDE_DEPTH} deep")
     try:
-        with path.open("rb") as fh:
-            data = fh.read(MAX_BYTES + 1)
+        data = _read(path)
     except FileNotFoundError:
         return  # git ignores a missing include
-    except OSError as exc:
-        raise _Broken(str(path), f"cannot read it: {exc.strerror}") from exc
-    if len(data) > MAX_BYTES:
-        raise _Broken(str(path), f"larger than {MAX_BYTES} bytes")
     text = data.decode("utf-8", errors="replace")
     for key, value, line in _entries(text, str(path)):
         where = f"{path}:{line}"
@@ -143,6 +140,33 @@ def _scan(path: Path, found: list[Hazard], depth: int) -> None:
             _scan(target, found, depth + 1)
         elif _is_hazard(top, sub, name, value):
             found.append(Hazard(key, where))
+
+
+def _read(path: Path) -> bytes:
+    """A small regular file's bytes; FileNotFoundError if absent, _Broken for anything else
+    that git would not read as a file of its own."""
+    try:
+        # O_NONBLOCK: a FIFO planted as a config file must not hang the classifier.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise _Broken(str(path), f"cannot read it: {exc.strerror}") from exc
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise _Broken(str(path), "not a regular file")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= MAX_BYTES and (chunk := os.read(fd, 1 << 16)):
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        raise _Broken(str(path), f"cannot read it: {exc.strerror}") from exc
+    finally:
+        os.close(fd)
+    if size > MAX_BYTES:
+        raise _Broken(str(path), f"larger than {MAX_BYTES} bytes")
+    return b"".join(chunks)
 
 
 def _is_hazard(top: str, sub: str, name: str, value: str) -> bool:
