@@ -1,6 +1,6 @@
-"""The Classifier: a command string in, a Verdict out. Pure but for one listing of the
-working directory (a module shadowed for `python -m`); never raises except ValueError for
-input that holds no command at all."""
+"""The Classifier: a command string in, a Verdict out. Pure but for two reads of the
+workspace (a module shadowed for `python -m`, the repository's git configuration); never
+raises except ValueError for input that holds no command at all."""
 
 from __future__ import annotations
 

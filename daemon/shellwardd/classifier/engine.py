@@ -4,8 +4,9 @@ The engine parses (parse.py), resolves each program, finds its rule, reads argv 
 rule's argument description, applies the rule's conditions, and follows code that a command
 runs as code (wrappers, ``bash -c``, ``eval``, ``find -exec``) into parts of their own.
 Anything it cannot see through is non_idempotent/never, with a reason naming the cause.
-Its one look outside the command: given a working directory, `python -m MODULE` lists it for
-a file that would shadow the module.
+Its only looks outside the command, given a working directory: `python -m MODULE` lists it
+for a file that would shadow the module, and a git command reads the repository's
+configuration (gitconfig.py).
 """
 
 from __future__ import annotations
