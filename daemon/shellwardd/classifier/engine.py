@@ -448,7 +448,7 @@ class Analyzer:
         if sub:
             for i in sub:
                 judgement.fact(i, texts[i], ArgumentKind.SUBCOMMAND)
-            if options_end:
+            if options_end and primary:
                 self._shadowing(judgement, candidates[0])
             if rules.base is not None:
                 # The program's own options (before the subcommand) answer to its own rule:
