@@ -18,6 +18,8 @@ def repo(tmp_path: Path) -> Path:
     (tmp_path / "json.py").write_text("import os\n")
     (tmp_path / "pytest").mkdir()
     (tmp_path / "pytest" / "__init__.py").write_text("import os\n")
+    (tmp_path / "pip").mkdir()
+    (tmp_path / "pip" / "__main__.py").write_text("import os\n")
     (tmp_path / "src" / "platform.cpython-311-x86_64-linux-gnu.so").parent.mkdir()
     (tmp_path / "src" / "platform.cpython-311-x86_64-linux-gnu.so").write_bytes(b"\x7fELF")
     return tmp_path
@@ -33,6 +35,7 @@ def repo(tmp_path: Path) -> Path:
         "python3 -mjson.tool data.json",
         "python3.12 -m json.tool data.json",
         "python3 -m pytest -x",  # ./pytest/ shadows the installed pytest
+        "python3 -m pip list",  # no __init__, but ./pip/__main__.py runs where pip is missing
         "cd src && python3 -m platform",  # the directory `cd` went to is searched too
         "python3 -mhttp.server 8000",  # -m attached: the module is still found
         "python3 -mmymodule",
@@ -46,6 +49,12 @@ def test_workspace_code_is_never_replayed(clf: Classifier, repo: Path, command: 
 
 def test_the_module_itself_keeps_its_verdict(clf: Classifier, tmp_path: Path) -> None:
     (tmp_path / "data.json").write_text("{}")
+    # Not importable, so not shadowing: data named like a module, a directory without
+    # __init__ (a namespace portion, which the standard library's package wins over).
+    (tmp_path / "json.txt").write_text("{}")
+    (tmp_path / "json").mkdir()
+    (tmp_path / "json" / "a.json").write_text("{}")
+    (tmp_path / "pytest").mkdir()
     ws = str(tmp_path)
     assert pair(clf.classify("python3 -m json.tool data.json", cwd=ws, workspace=ws)) == AUTO
     assert pair(clf.classify("python3 -m pytest -x", cwd=ws, workspace=ws)) == ASK

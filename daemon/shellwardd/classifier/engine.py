@@ -594,13 +594,12 @@ class Analyzer:
         there named like the module's top-level package runs instead of it."""
         if self.cwd is None:
             return
-        top = module.partition(".")[0]
         for directory in self._working_dirs(j, f"`-m {module}`"):
             try:
                 names = os.listdir(directory)
             except OSError:
                 continue  # no such directory: the call fails before running anything
-            found = sorted(n for n in names if n == top or n.startswith(top + "."))
+            found = sorted(n for n in names if _shadows(directory, n, module))
             if found:
                 j.raise_to(
                     *NEVER,
@@ -745,3 +744,26 @@ class Analyzer:
 
 def _dynamic_dir(path: str) -> bool:
     return "$" in path or "`" in path or path.startswith("~")
+
+
+# What Python imports a top-level name from: a source or bytecode file, an extension module
+# (`json.cpython-311-x86_64-linux-gnu.so`), or a regular package. A directory without
+# `__init__` is a namespace portion: a regular package later on sys.path wins over it, but
+# where the module is not installed at all it runs, so one that holds the module's path
+# (`json/tool.py`, `pytest/__main__.py`) counts too.
+_MODULE_SUFFIXES = (".py", ".pyc", ".so", ".pyd")
+
+
+def _shadows(directory: str, name: str, module: str) -> bool:
+    top, _, rest = module.partition(".")
+    if name.startswith(top + ".") and name.endswith(_MODULE_SUFFIXES):
+        return True
+    if name != top:
+        return False
+    package = os.path.join(directory, name)
+    inner = os.path.join(package, *rest.split(".")) if rest else os.path.join(package, "__main__")
+    return any(
+        os.path.lexists(path + suffix)
+        for path in (os.path.join(package, "__init__"), inner)
+        for suffix in _MODULE_SUFFIXES
+    ) or os.path.isdir(inner)
