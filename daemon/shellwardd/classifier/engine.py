@@ -499,8 +499,7 @@ class Analyzer:
             more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
             j.raise_to(
                 *NEVER,
-                f"{j.reason}, but the repository's git configuration sets "
-                f"{found[0].describe()}{more}, which makes git run a program",
+                f"{j.reason}, but the repository's git configuration {found[0].describe()}{more}",
             )
             j.rule_id = "classifier:git-config"
 

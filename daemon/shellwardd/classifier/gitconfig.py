@@ -68,9 +68,10 @@ class Hazard:
     note: str = ""  # what went wrong, for a problem
 
     def describe(self) -> str:
+        """What follows "the repository's git configuration" in a verdict's reason."""
         if self.key:
-            return f"`{self.key}` ({self.where})"
-        return f"a configuration it cannot read ({self.where}: {self.note})"
+            return f"sets `{self.key}` ({self.where}), which makes git run a program"
+        return f"cannot be read as git would read it ({self.where}: {self.note})"
 
 
 class _Broken(Exception):
