@@ -12,7 +12,9 @@ Choices, and why:
   the workspace in the trusted list when the workspace is trusted; problems name the draft.
 - Any other file is not read: the daemon never loads it, and a daemon reachable over TCP
   does not read arbitrary files for a caller.
-- ``load_rules`` stops at a file's first problem; one problem at a time is enough to fix.
+- ``load_rules`` stops at a file's first problem; one problem at a time is enough to fix. A
+  broken repository file does not make it raise (that repository fails closed instead): its
+  problem is read from the loaded rule set.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pathlib import Path
 from shellward.types import RuleFileCheck, RuleLayer
 from shellwardd.classifier import RuleFileError, load_rules
 from shellwardd.classifier.loading import REPO_RULES
+from shellwardd.classifier.ruleset import RuleSet
 from shellwardd.config import Config
 
 BUILTIN_LABEL = "built-in rules"
@@ -115,12 +118,16 @@ def _check_draft(config: Config, root: Path, shown: str, resolved: Path) -> Rule
         return RuleFileCheck(shown, check.layer, problems)
 
 
-def _check(shown: str, layer: RuleLayer, load: Callable[[], object]) -> RuleFileCheck:
+def _check(shown: str, layer: RuleLayer, load: Callable[[], RuleSet]) -> RuleFileCheck:
     try:
-        load()
+        rules = load()
     except RuleFileError as exc:
         return RuleFileCheck(shown, layer, (str(exc),))
-    return RuleFileCheck(shown, layer, ())
+    # A broken repository file does not stop the loader (that repository fails closed
+    # instead), so its problem is read from what the loader returns.
+    return RuleFileCheck(
+        shown, layer, tuple(str(repo.problem) for repo in rules.repos if repo.problem)
+    )
 
 
 def _refused(path: str, layer: RuleLayer, why: str) -> RuleFileCheck:

@@ -38,3 +38,24 @@ def test_a_broken_file_at_start_raises(tmp_path: Path) -> None:
     user.write_text("[[rule]]\nprogram = 3\n")
     with pytest.raises(RuleFileError):
         LiveRules(lambda: load_rules(user_file=user))
+
+
+def test_check_repo_uses_the_rules_in_force_and_the_given_trust(tmp_path: Path) -> None:
+    user = tmp_path / "user.toml"
+    user.write_text(
+        "[[rule]]\nprogram = 'frob'\nidempotency = 'idempotent'\nreplay = 'auto'\n"
+        "reason = 'reads'\n"
+    )
+    live = LiveRules(lambda: load_rules(user_file=user))
+    repo = tmp_path / "repo"
+    (repo / ".shellward").mkdir(parents=True)
+    (repo / ".shellward" / "rules.toml").write_text(
+        "[[rule]]\nprogram = 'frob'\nidempotency = 'idempotent'\nreplay = 'auto'\n"
+        "network = true\nreason = 'fetches'\n"
+    )
+    untrusted = live.check_repo(repo, trusted=False)
+    assert untrusted is not None and untrusted.problem is not None
+    assert "network = true" in untrusted.problem.message and untrusted.problem.line == 1
+    trusted = live.check_repo(repo, trusted=True)
+    assert trusted is not None and trusted.problem is None
+    assert live.check_repo(tmp_path, trusted=False) is None

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
-from shellwardd.classifier import Classifier, RuleFileError, check_rule_file, load_rules
+from shellwardd.classifier import (
+    Classifier,
+    RuleFileError,
+    check_rule_file,
+    load_repo_rules,
+    load_rules,
+)
 
 from .conftest import ASK, AUTO, NEVER, pair
 
@@ -180,17 +187,109 @@ def test_user_rules_replace_builtins_with_the_same_key(tmp_path: Path) -> None:
 def test_untrusted_repo_cannot_make_rm_auto(tmp_path: Path) -> None:
     repo = tmp_path / "cloned"
     write(repo / ".shellward" / "rules.toml", RM_AUTO)
-    clf = Classifier(load_rules(repo_roots=[repo]))
-    verdict = clf.classify("rm -rf build", cwd=str(repo / "src"))
+    rules = load_rules(repo_roots=[repo])
+    problem = rules.repos[0].problem
+    assert problem is not None and problem.line == 1
+    assert "not trusted" in problem.message and "coreutils.toml:rm" in problem.message
+    verdict = Classifier(rules).classify("rm -rf build", cwd=str(repo / "src"))
     assert pair(verdict) == NEVER
-    assert verdict.parts[0].rule_id == "coreutils.toml:rm"
 
 
 def test_untrusted_repo_examples_that_loosen_are_refused(tmp_path: Path) -> None:
     repo = tmp_path / "cloned"
-    write(repo / ".shellward" / "rules.toml", RM_AUTO + 'match = ["rm -rf build"]\n')
-    with pytest.raises(RuleFileError, match="not trusted"):
-        load_rules(repo_roots=[repo])
+    write(
+        repo / ".shellward" / "rules.toml",
+        RM_AUTO.replace('"rm"', '"deploy-tool"') + 'match = ["deploy-tool"]\n',
+    )
+    problem = load_rules(repo_roots=[repo]).repos[0].problem
+    assert problem is not None and "example `deploy-tool`" in problem.message
+    assert "not trusted" in problem.message
+
+
+# An untrusted repo file that widens a verdict is refused (the repo then fails closed); the
+# same rule as a constraint could not win, but granting network could, and did.
+@pytest.mark.parametrize(
+    ("rule", "line", "message"),
+    [
+        (
+            "program = 'ls'\nidempotency = 'idempotent'\nreplay = 'auto'\nnetwork = true\n",
+            2,
+            "`network = true` grants network",
+        ),
+        (
+            "program = 'npm'\nsubcommand = 'publish'\nidempotency = 'non_idempotent'\n"
+            "replay = 'never'\napproval = false\n",
+            2,
+            "`approval = false` lifts an approval",
+        ),
+        (
+            "program = 'curl'\nidempotency = 'non_idempotent'\nreplay = 'never'\n"
+            "when = [{ flags = ['-s'], network = true, reason = 'r' }]\n",
+            6,
+            "`network = true` grants network",
+        ),
+        (
+            "program = 'npm'\nsubcommand = 'test'\nidempotency = 'idempotent'\nreplay = 'auto'\n",
+            2,
+            "says idempotent/auto where `node.toml:pm-test` says conditional/ask",
+        ),
+    ],
+)
+def test_untrusted_repo_widening_is_refused(
+    tmp_path: Path, rule: str, line: int, message: str
+) -> None:
+    repo = tmp_path / "cloned"
+    write(repo / ".shellward" / "rules.toml", f"# widening\n[[rule]]\n{rule}reason = 'x'\n")
+    rules = load_rules(repo_roots=[repo])
+    problem = rules.repos[0].problem
+    assert problem is not None, "the widening rule file was accepted"
+    assert (problem.line, problem.path) == (line, str(repo / ".shellward" / "rules.toml"))
+    assert message in problem.message
+    # The file fails closed for its repo: `ls; curl …` gets no network and no replay there.
+    verdict = Classifier(rules).classify("ls; curl https://example.com", cwd=str(repo))
+    assert pair(verdict) == NEVER and verdict.needs_network  # curl's own rule, not ls's
+    assert not any(p.needs_network for p in verdict.parts if p.program == "ls")
+    # The same rules from a trusted repo are the operator's word.
+    trusted = load_rules(repo_roots=[repo], trusted_repos=[repo])
+    assert trusted.repos[0].problem is None
+
+
+def test_broken_repo_file_fails_closed_for_that_repo_only(tmp_path: Path) -> None:
+    repo, other = tmp_path / "cloned", tmp_path / "other"
+    path = write(repo / ".shellward" / "rules.toml", "[[rule]]\nprogram = \n")
+    other.mkdir()
+    rules = load_rules(repo_roots=[repo, other])  # does not raise: the daemon starts
+    clf = Classifier(rules)
+    verdict = clf.classify("ls", cwd=str(repo / "src"))
+    assert pair(verdict) == NEVER
+    assert f"{path}:2: invalid TOML" in verdict.reason
+    assert verdict.parts[0].rule_id == "classifier:repo-rules"
+    # Flags the layers below set survive: a broken file never lowers approval.
+    assert clf.classify("npm publish", cwd=str(repo)).needs_approval
+    assert pair(clf.classify("ls", cwd=str(other))) == AUTO
+    assert pair(clf.classify("ls", cwd=str(tmp_path))) == AUTO
+    listed = [s for s in rules.files if s.startswith(str(path))]
+    assert len(listed) == 1 and "BROKEN" in listed[0] and ":2: invalid TOML" in listed[0]
+
+
+def test_user_rule_file_still_stops_loading(tmp_path: Path) -> None:
+    user = write(tmp_path / "user.toml", "[[rule]]\nprogram = \n")
+    repo = tmp_path / "repo"
+    write(repo / ".shellward" / "rules.toml", "[[rule]]\nprogram = \n")
+    with pytest.raises(RuleFileError, match=r"user\.toml:2"):
+        load_rules(user_file=user, repo_roots=[repo])
+
+
+def test_repo_loader_takes_the_layers_below_and_trust(tmp_path: Path) -> None:
+    """The entry point `shellward rules check` reaches through the daemon."""
+    repo = tmp_path / "cloned"
+    write(repo / ".shellward" / "rules.toml", RM_AUTO)
+    rules = load_rules()
+    untrusted = load_repo_rules(repo, rules.below, rules.index, trusted=False)
+    trusted = load_repo_rules(repo, rules.below, rules.index, trusted=True)
+    assert untrusted is not None and untrusted.problem is not None
+    assert trusted is not None and trusted.problem is None and trusted.trusted
+    assert load_repo_rules(tmp_path, rules.below, rules.index, trusted=False) is None
 
 
 def test_untrusted_repo_cannot_make_unknown_programs_known(tmp_path: Path) -> None:
@@ -227,3 +326,19 @@ def test_trusted_repo_may_loosen(tmp_path: Path) -> None:
 def test_repo_without_rule_file_is_fine(tmp_path: Path) -> None:
     rules = load_rules(repo_roots=[tmp_path])
     assert pair(Classifier(rules).classify("ls", cwd=str(tmp_path))) == AUTO
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo", "dangling link"])
+def test_a_repo_rule_file_that_is_not_a_file_fails_closed(tmp_path: Path, kind: str) -> None:
+    path = tmp_path / ".shellward" / "rules.toml"
+    path.parent.mkdir()
+    if kind == "directory":
+        path.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to(tmp_path / "nowhere")
+    rules = load_rules(repo_roots=[tmp_path])  # returns: a FIFO is never opened
+    problem = rules.repos[0].problem
+    assert problem is not None and "not a regular file" in problem.message
+    assert pair(Classifier(rules).classify("ls", cwd=str(tmp_path))) == NEVER

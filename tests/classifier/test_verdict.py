@@ -16,6 +16,7 @@ def test_public_api() -> None:
         "RuleFileError",
         "RuleSet",
         "check_rule_file",
+        "load_repo_rules",
         "load_rules",
     ]
 

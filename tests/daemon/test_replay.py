@@ -19,6 +19,7 @@ from shellward.types import (
 )
 from shellwardd.replay import Action, EffectsState, check_effects, decide
 from shellwardd.watch import content_hash
+from shellwardd.watch.hashing import DIR_HASH
 
 NOW = 1_000_000.0
 DAY = 24 * 3600.0
@@ -137,6 +138,22 @@ def test_check_renames(tmp_path: Path) -> None:
     assert check_effects(entry, tmp_path, content_hash).state is EffectsState.ALREADY_APPLIED
     (tmp_path / "new.txt").rename(tmp_path / "old.txt")
     assert check_effects(entry, tmp_path, content_hash).state is EffectsState.AT_BEFORE
+
+
+def test_check_directories(tmp_path: Path) -> None:
+    entry = _with_effects(
+        FileEffect("made/", EffectKind.CREATED, "", DIR_HASH),
+        FileEffect("gone/", EffectKind.DELETED, DIR_HASH, ""),
+    )
+    (tmp_path / "made").mkdir()
+    assert check_effects(entry, tmp_path, content_hash).state is EffectsState.ALREADY_APPLIED
+    (tmp_path / "made").rmdir()
+    (tmp_path / "gone").mkdir()
+    assert check_effects(entry, tmp_path, content_hash).state is EffectsState.AT_BEFORE
+    (tmp_path / "gone").rmdir()
+    (tmp_path / "gone").write_bytes(b"a file where a directory was")
+    check = check_effects(entry, tmp_path, content_hash)
+    assert check.state is EffectsState.CONFLICT and check.conflicts == ("gone/",)
 
 
 def test_unobserved_effects_are_a_conflict(tmp_path: Path) -> None:

@@ -303,3 +303,29 @@ def test_refuses_to_start_on_a_broken_rule_file(tmp_path: Path, workspace: Path)
     )  # fmt: skip
     assert run.returncode == 4
     assert re.search(rf"{re.escape(str(rules))}:\d+: example `frob` should not be", run.stderr)
+
+
+def test_a_broken_repo_rule_file_fails_closed_for_that_repo_only(tmp_path: Path) -> None:
+    """An agent can write `.shellward/rules.toml`: it must not stop the daemon (it made the
+    daemon exit 4), nor make anything in that repo replayable."""
+    repo, other = tmp_path / "repo", tmp_path / "other"
+    rules = repo / ".shellward" / "rules.toml"
+    rules.parent.mkdir(parents=True)
+    other.mkdir()
+    rules.write_text("[[rule]]\nprogram = \n")
+    daemon = start_daemon(tmp_path / "r.sock", tmp_path / "state", repo, "--workspace", str(other))
+    try:
+        with daemon.client() as client:
+            verdict = client.classify("ls", cwd=repo)
+            assert verdict.replay_policy.value == "never"
+            assert verdict.idempotency.value == "non_idempotent"
+            assert f"{rules}:2: invalid TOML" in verdict.reason
+            assert client.classify("ls", cwd=other).replay_policy.value == "auto"
+            listed = [s for s in client.status().rule_sources if s.startswith(str(rules))]
+            assert listed and "BROKEN" in listed[0] and f"{rules}:2:" in listed[0]
+            # Fixed and reloaded, the repo's rules apply again.
+            rules.write_text("")
+            assert client.reload_rules().ok
+            assert client.classify("ls", cwd=repo).replay_policy.value == "auto"
+    finally:
+        daemon.stop()

@@ -96,3 +96,16 @@ def test_change_while_daemon_down_is_not_attributed(tmp_path: Path, workspace: P
         assert [e.path for e in result.file_effects] == ["b.txt"]
     finally:
         daemon.stop()
+
+
+def test_an_empty_directory_is_an_effect(client: Client, workspace: Path) -> None:
+    """`mktemp -d -p .` is classified as a read (mktemp prints a name) and left no effect,
+    so it stayed auto-replayable while every run made a directory."""
+    result = client.run_command("mktemp -d -p .", cwd=workspace)
+    assert result.ok
+    made = result.stdout.text.strip().removeprefix("./")
+    assert [(e.kind, e.path) for e in result.file_effects] == [(EffectKind.CREATED, f"{made}/")]
+    assert result.replay_policy is not ReplayPolicy.AUTO
+    assert client.get_call(result.call_id).file_effects == result.file_effects
+    removed = client.run_command(f"rmdir {made}", cwd=workspace)
+    assert [(e.kind, e.path) for e in removed.file_effects] == [(EffectKind.DELETED, f"{made}/")]

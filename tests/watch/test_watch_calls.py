@@ -10,6 +10,7 @@ import pytest
 
 from shellward.types import EffectKind, FileEffect
 from shellwardd.watch import WorkspaceMonitor
+from shellwardd.watch.hashing import DIR_HASH
 
 from .conftest import fill, run, sha, summary
 
@@ -219,3 +220,70 @@ def test_directory_replaced_by_a_file(monitor: WorkspaceMonitor, ws: Path) -> No
     assert set(monitor.snapshot()) == {"p"}
     shutil.rmtree(ws / ".shellward")
     assert run(monitor, "true").effects == ()  # the cookie directory comes back
+
+
+# Directories are effects: before, `mktemp -d -p .` (or an `rmdir`) left no effect at all,
+# so a command that only made an empty directory passed for a pure read.
+def test_an_empty_directory_created_is_an_effect(monitor: WorkspaceMonitor, ws: Path) -> None:
+    effects = run(monitor, "mktemp -d -p . > /dev/null")
+    (made,) = effects.effects
+    assert made.kind is EffectKind.CREATED and made.after_hash == DIR_HASH
+    assert made.path.endswith("/") and (ws / made.path).is_dir()
+
+
+def test_only_the_deepest_new_directory_is_reported(monitor: WorkspaceMonitor) -> None:
+    assert summary(run(monitor, "mkdir -p a/b/c && mkdir x")) == [
+        ("created", "a/b/c/"),
+        ("created", "x/"),
+    ]
+    # A directory that holds a new file is implied by the file's effect.
+    assert summary(run(monitor, "mkdir -p d/e && printf 1 > d/e/f")) == [("created", "d/e/f")]
+
+
+def test_removed_and_moved_directories(monitor: WorkspaceMonitor, ws: Path) -> None:
+    (ws / "empty").mkdir()
+    (ws / "tree" / "sub").mkdir(parents=True)
+    (ws / "box").mkdir()
+    monitor.flush()
+    assert summary(run(monitor, "rmdir empty && rm -r tree")) == [
+        ("deleted", "empty/"),
+        ("deleted", "tree/"),
+    ]
+    effects = run(monitor, "mv box crate")
+    assert effects.effects == (
+        FileEffect("crate/", EffectKind.RENAMED, DIR_HASH, DIR_HASH, renamed_from="box/"),
+    )
+
+
+def test_directories_from_before_the_call_or_made_and_gone_leave_nothing(
+    monitor: WorkspaceMonitor, ws: Path
+) -> None:
+    (ws / "external").mkdir()  # made while no call ran: not the call's
+    assert run(monitor, "mkdir t && rmdir t").effects == ()
+    assert run(monitor, "rmdir external").effects == (
+        FileEffect("external/", EffectKind.DELETED, before_hash=DIR_HASH),
+    )
+
+
+def test_directories_survive_a_restart(ws: Path, state_dir: Path) -> None:
+    (ws / "kept").mkdir()
+    first = WorkspaceMonitor(ws, state_dir)
+    first.start()
+    assert first.wait_ready(30)
+    first.stop()
+    again = WorkspaceMonitor(ws, state_dir)
+    again.start()
+    try:
+        assert again.wait_ready(30)
+        assert summary(run(again, "rmdir kept")) == [("deleted", "kept/")]
+    finally:
+        again.stop()
+
+
+def test_directory_effects_after_lost_events(monitor: WorkspaceMonitor, ws: Path) -> None:
+    watch = monitor.begin_call(timeout=30)
+    monitor.on_overflow()  # what the observer reports when inotify dropped events
+    (ws / "made").mkdir()
+    effects = monitor.finish_call(watch)
+    assert effects.from_rescan
+    assert [(e.kind, e.path) for e in effects.effects] == [(EffectKind.CREATED, "made/")]

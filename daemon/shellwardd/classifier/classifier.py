@@ -1,16 +1,18 @@
-"""The Classifier: a command string in, a Verdict out. Pure: no I/O, never raises except
-ValueError for input that holds no command at all."""
+"""The Classifier: a command string in, a Verdict out. Pure but for two reads of the
+workspace (a module shadowed for `python -m`, the repository's git configuration); never
+raises except ValueError for input that holds no command at all."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from types import MappingProxyType
 
-from shellward.types import CommandPart, ReplayPolicy, Verdict
+from shellward.types import CommandPart, Idempotency, ReplayPolicy, Verdict
 
 from .engine import RANK, Analyzer
 from .parse import is_blank
-from .ruleset import RuleIndex, RuleSet
+from .ruleset import RepoRules, RuleIndex, RuleSet
 
 # Longer input is refused (fail closed) rather than handed to a parser of unknown cost.
 MAX_COMMAND_CHARS = 65536
@@ -36,10 +38,26 @@ class Classifier:
             raise ValueError(
                 "the command is empty (only whitespace or comments): give a shell command to run"
             )
-        index, constraints = self.rules.for_directory(cwd if cwd is not None else workspace)
-        return classify_with(
-            command, index, constraints, cwd=cwd, workspace=workspace, env=env or {}
+        scope = self.rules.for_directory(cwd if cwd is not None else workspace)
+        verdict = classify_with(
+            command, scope.index, scope.constraints, cwd=cwd, workspace=workspace, env=env or {}
         )
+        if scope.broken is None:
+            return verdict
+        return _verdict(command, [_fail_closed(part, scope.broken) for part in verdict.parts])
+
+
+def _fail_closed(part: CommandPart, repo: RepoRules) -> CommandPart:
+    """A part in a repo whose rule file is broken: never replayed, but with the network and
+    approval flags the layers below gave it (a broken file must not lower them)."""
+    return replace(
+        part,
+        idempotency=Idempotency.NON_IDEMPOTENT,
+        replay_policy=ReplayPolicy.NEVER,
+        reason=f"is in {repo.root}, whose rule file is broken ({repo.problem}); fix it "
+        "(`shellward rules check`), then reload the rules",
+        rule_id="classifier:repo-rules",
+    )
 
 
 def classify_with(

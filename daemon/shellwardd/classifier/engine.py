@@ -18,6 +18,9 @@ Choices, and why:
 - Arithmetic runs `$(…)` in array subscripts: arguments of evaluating builtins, assigned
   values and request env values holding `$(…)` are classified as code, parts of their own.
 - Where a parse fails, fallback.py reads every word so the rules' flags still apply.
+- It looks outside the command only given a working directory: `python -m MODULE` lists it
+  for a file that would shadow the module, and a git command reads the repository's
+  configuration (gitconfig.py).
 """
 
 from __future__ import annotations
@@ -27,14 +30,17 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
+from pathlib import Path
 
 from shellward.types import ArgumentFact, ArgumentKind, CommandPart, Idempotency, ReplayPolicy
 
+from . import gitconfig
 from .environment import hijacks, holds_code, variable_name
 from .fallback import fallback_segments
 from .parse import Redirect, SimpleCommand, Word, join_context, parse
 from .rules import Condition, Role, Rule
 from .ruleset import ProgramRules, RuleIndex
+from .scripts import READERS
 
 NEVER = (Idempotency.NON_IDEMPOTENT, ReplayPolicy.NEVER)
 # Strictness ranks, looked up instead of the enums' own ordering (which lists the members
@@ -99,17 +105,38 @@ class _Tokens:
     stop: int | None = None  # for wrappers: index of the first word of the inner command
 
 
+def _is_prefix(given: str, declared: str) -> bool:
+    # GNU getopt_long accepts any prefix of a long option (`--o` for `--output`): one that
+    # fits several options is an error, so matching all of them only errs on the strict side.
+    return len(given) >= 3 and given[:2] == "--" and declared.startswith(given)
+
+
+def _expand(name: str, long_flags: frozenset[str]) -> str:
+    """The declared long option ``name`` abbreviates, when exactly one fits."""
+    if name in long_flags or len(name) < 3:
+        return name
+    fits = [f for f in long_flags if f.startswith(name)]
+    return fits[0] if len(fits) == 1 else name
+
+
 def _takes_value(name: str, takes_value: frozenset[str]) -> bool:
-    if name in takes_value:
-        return True
-    # GNU getopt accepts any unambiguous prefix of a long option (`--out` for `--output`).
-    return len(name) >= 4 and name[:2] == "--" and any(f.startswith(name) for f in takes_value)
+    return name in takes_value or any(_is_prefix(name, f) for f in takes_value)
 
 
 def _flag_matches(given: str, declared: str) -> bool:
-    return given == declared or (
-        len(given) >= 4 and given[:2] == "--" and declared.startswith(given)
-    )
+    return given == declared or _is_prefix(given, declared)
+
+
+# An ambiguous abbreviation takes the strictest role of the options it may name.
+_ROLE_ORDER = (Role.EXEC, Role.WRITE, Role.NETWORK, Role.READ, Role.OPAQUE)
+
+
+def _value_role(rule: Rule, name: str) -> Role | None:
+    role = rule.value_roles.get(name)
+    if role is not None or not name.startswith("--"):
+        return role
+    roles = {r for f, r in rule.value_roles.items() if _is_prefix(name, f)}
+    return next((r for r in _ROLE_ORDER if r in roles), None)
 
 
 def tokenize(
@@ -118,6 +145,7 @@ def tokenize(
     """Split the words at ``indexes`` into flags (with values) and positionals."""
     takes = rule.takes_value if rule else frozenset()
     long_single = rule.long_single if rule else frozenset()
+    long_flags = rule.long_flags if rule else frozenset()
     out = _Tokens()
     only_positionals = False
     k = 0
@@ -138,6 +166,7 @@ def tokenize(
                 return out
         elif w[1] == "-" or w in long_single or w.partition("=")[0] in long_single:
             name, eq, value = w.partition("=")
+            name = _expand(name, long_flags)
             if eq:
                 out.flags.append((name, value, i, True))
             elif k < len(indexes) and _takes_value(name, takes):
@@ -161,6 +190,23 @@ def tokenize(
                     break
                 out.flags.append((name, None, i, False))
     return out
+
+
+def _subcommand_words(
+    texts: Sequence[str], tokens: _Tokens, rules: ProgramRules
+) -> tuple[tuple[int, ...], tuple[str, ...], int]:
+    """(word indexes, texts) that may name a subcommand, and where the program's own options
+    end when a flag introduces the subcommand (`python -m json.tool`, `-mjson.tool`)."""
+    lead = rules.base.subcommand_flag if rules.base is not None else ""
+    if not lead:
+        indexes = tuple(tokens.positionals[: rules.longest_sub])
+        return indexes, tuple(texts[i] for i in indexes), 0
+    for name, value, i, attached in tokens.flags:
+        if name == lead and value is not None:
+            first = i if attached else i + 1
+            rest = [p for p in tokens.positionals if p > first][: rules.longest_sub - 1]
+            return (first, *rest), (value, *(texts[p] for p in rest)), i
+    return (), (), 0
 
 
 def _has_flag(tokens: _Tokens, declared: Sequence[str]) -> bool:
@@ -239,6 +285,8 @@ class Analyzer:
     parts: list[CommandPart] = field(default_factory=list)
     functions: set[str] = field(default_factory=set)
     source: str = ""  # the original command string, to map spans of re-parsed code
+    # Repository configuration hazards, read once per git directory per command.
+    git_hazards: dict[str, list[gitconfig.Hazard]] = field(default_factory=dict)
 
     def code(
         self, text: str, context: str, base: int | None, fallback: tuple[int, int], depth: int
@@ -558,19 +606,21 @@ class Analyzer:
         every = list(range(1, len(texts)))
         rule = rules.base
         sub: tuple[int, ...] = ()
+        options_end = 0  # the program's own options are the words before this one
+        candidates: tuple[str, ...] = ()
         if rules.subs:
             tokens = tokenize(texts, every, rules.base)
-            if tokens.positionals and tokens.positionals[0] in unknown:
+            indexes, candidates, options_end = _subcommand_words(texts, tokens, rules)
+            if indexes and indexes[0] in unknown:
                 return _unknown(
                     f"runs `{texts[0]}` with a subcommand only known at run time"
-                    f" (`{texts[tokens.positionals[0]]}`)",
+                    f" (`{texts[indexes[0]]}`)",
                     "classifier:dynamic-program",
                 )
-            candidates = tuple(texts[i] for i in tokens.positionals[: rules.longest_sub])
             for size in range(len(candidates), 0, -1):
                 found = rules.subs.get(candidates[:size])
                 if found is not None:
-                    rule, sub = found, tuple(tokens.positionals[:size])
+                    rule, sub = found, indexes[:size]
                     break
             else:
                 if appended:
@@ -594,6 +644,8 @@ class Analyzer:
         if sub:
             for i in sub:
                 judgement.fact(i, texts[i], ArgumentKind.SUBCOMMAND)
+            if options_end and primary:
+                self._shadowing(judgement, candidates[0])
             if rules.base is not None:
                 # The program's own options (before the subcommand) answer to its own rule:
                 # `git -c core.pager=… log` is decided by the `git` conditions.
@@ -601,7 +653,7 @@ class Analyzer:
                     judgement,
                     rules.base,
                     texts,
-                    list(range(1, sub[0])),
+                    list(range(1, options_end or sub[0])),
                     primary,
                     conditions_only=True,
                     unknown=unknown,
@@ -612,7 +664,66 @@ class Analyzer:
         self._apply(
             judgement, rule, texts, segment, primary, conditions_only=False, unknown=unknown
         )
+        if primary and rules.base is not None and rules.base.repo_config:
+            end = options_end or (sub[0] if sub else len(texts))
+            self._repo_config(judgement, texts, tokenize(texts, range(1, end), rules.base))
         return judgement
+
+    def _repo_config(self, j: _Judgement, texts: list[str], tokens: _Tokens) -> None:
+        """git obeys the repository's configuration: one that names a program to run makes
+        every git command in that repository never replayed (see gitconfig.py)."""
+        if self.cwd is None:
+            return
+        starts = self._working_dirs(j, "git")
+        explicit = None
+        for name, value, _, _ in tokens.flags:
+            if name in ("-C", "--git-dir", "--work-tree") and value is not None:
+                if _dynamic_dir(value):
+                    j.raise_to(*NEVER, f"runs git in `{value}`, a directory known only at run time")
+                    j.rule_id = "classifier:git-config"
+                    return
+                if name == "-C":
+                    starts = [os.path.join(start, value) for start in starts]
+                elif name == "--git-dir":
+                    explicit = [os.path.join(start, value) for start in starts]
+        found: list[gitconfig.Hazard] = []
+        for start in starts if explicit is None else explicit:
+            directory = gitconfig.git_dir(start) if explicit is None else Path(start)
+            if directory is not None:
+                key = str(directory)
+                if key not in self.git_hazards:
+                    self.git_hazards[key] = gitconfig.hazards(directory)
+                found.extend(self.git_hazards[key])
+        if found:
+            more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+            j.raise_to(
+                *NEVER,
+                f"{j.reason}, but the repository's git configuration {found[0].describe()}{more}",
+            )
+            j.rule_id = "classifier:git-config"
+
+    def _working_dirs(self, j: _Judgement, what: str) -> list[str]:
+        """The directories a command may run in: the working directory, and every one an
+        earlier `cd` or `pushd` of this command string named (in order, each relative to
+        the last). One known only at run time makes the part never replayed."""
+        assert self.cwd is not None
+        current, dirs = self.cwd, [self.cwd]
+        for part in self.parts:
+            if part.program not in ("cd", "pushd", "popd"):
+                continue
+            args = [a for a in part.argv[1:] if not a.startswith("-") or a == "-"]
+            target = args[0] if args and part.program != "popd" else "$HOME"
+            if _dynamic_dir(target) or target == "-":
+                j.raise_to(
+                    *NEVER,
+                    f"runs {what} after `{' '.join(part.argv)}`, in a directory known only at"
+                    " run time",
+                )
+                j.rule_id = "classifier:working-directory"
+                return []
+            current = os.path.normpath(os.path.join(current, target))
+            dirs.append(current)
+        return dirs
 
     def _apply(
         self,
@@ -647,15 +758,15 @@ class Analyzer:
                     args = cond.args
         if conditions_only or not primary:
             return
-        for name, _, i, attached in tokens.flags:
-            role = rule.value_roles.get(name)
+        for name, value, i, attached in tokens.flags:
+            role = _value_role(rule, name)
             if attached and role is not None:
-                self._role_fact(j, i, texts[i], role, f"value of {name}")
+                self._role_fact(j, i, texts[i], role, f"value of {name}", rule, value)
             elif i not in j.facts:
                 j.fact(i, texts[i], ArgumentKind.FLAG)
         for i, name in tokens.values.items():
             self._role_fact(
-                j, i, texts[i], rule.value_roles.get(name, Role.OPAQUE), f"value of {name}"
+                j, i, texts[i], _value_role(rule, name) or Role.OPAQUE, f"value of {name}", rule
             )
         positionals = tokens.positionals
         code: list[int] = []
@@ -676,16 +787,65 @@ class Analyzer:
                 role = rule.last_arg
             else:
                 role = args
-            self._role_fact(j, i, texts[i], role, "")
+            self._role_fact(j, i, texts[i], role, "", rule)
         if inner_start is not None:
             label = texts[0] if rule.subcommands == ((),) else f"{texts[0]} {rule.id}"
             kind = "appended" if rule.wrap_appends else "command"
             j.inner.append((kind, label, inner_start, len(texts)))
 
-    def _role_fact(self, j: _Judgement, i: int, text: str, role: Role, note: str) -> None:
+    def _shadowing(self, j: _Judgement, module: str) -> None:
+        """`python -m MODULE` looks in the working directory first: a file or directory
+        there named like the module's top-level package runs instead of it."""
+        if self.cwd is None:
+            return
+        for directory in self._working_dirs(j, f"`-m {module}`"):
+            try:
+                names = os.listdir(directory)
+            except OSError:
+                continue  # no such directory: the call fails before running anything
+            found = sorted(n for n in names if _shadows(directory, n, module))
+            if found:
+                j.raise_to(
+                    *NEVER,
+                    f"runs `{module}` from the working directory, where `{found[0]}` shadows"
+                    " the module (`-m` searches the working directory first)",
+                )
+                j.rule_id = "classifier:shadowed-module"
+                return
+
+    def _role_fact(
+        self,
+        j: _Judgement,
+        i: int,
+        text: str,
+        role: Role,
+        note: str,
+        rule: Rule | None = None,
+        value: str | None = None,
+    ) -> None:
         j.fact(i, text, role.kind, note)
         if role is Role.EXEC:
             j.raise_to(*NEVER, f"runs a program given as an argument (`{text}`)")
+        elif role is Role.SCRIPT and rule is not None:
+            self._script(j, rule.script, text if value is None else value)
+
+    def _script(self, j: _Judgement, language: str, script: str) -> None:
+        """What a script argument (sed's) does besides printing: writes become file-write
+        facts (judged like redirections), commands and unreadable scripts never replay."""
+        effects = READERS[language](script)
+        for target in effects.writes:
+            if target in _NOT_FILES:
+                continue
+            key = -1000 - len(j.facts)  # not an argv word, like a redirection
+            j.facts[key] = ArgumentFact(
+                -1, target, ArgumentKind.FILE_WRITE, f"written by the {language} script"
+            )
+        if effects.runs:
+            j.raise_to(*NEVER, effects.runs)
+        elif effects.unreadable:
+            j.raise_to(
+                *NEVER, f"has a {language} script the classifier cannot read: {effects.unreadable}"
+            )
 
     def _wrapped(self, j: _Judgement, rule: Rule, texts: list[str], start: int) -> int | None:
         """Skip a wrapper's leading operands (`timeout 5`, `env A=1`); return where the inner
@@ -947,3 +1107,30 @@ def _dynamic_name(name: str, words: Sequence[Word], texts: Sequence[str]) -> str
             if integer and dynamic[i]:
                 return text
     return ""
+
+
+def _dynamic_dir(path: str) -> bool:
+    return "$" in path or "`" in path or path.startswith("~")
+
+
+# What Python imports a top-level name from: a source or bytecode file, an extension module
+# (`json.cpython-311-x86_64-linux-gnu.so`), or a regular package. A directory without
+# `__init__` is a namespace portion: a regular package later on sys.path wins over it, but
+# where the module is not installed at all it runs, so one that holds the module's path
+# (`json/tool.py`, `pytest/__main__.py`) counts too.
+_MODULE_SUFFIXES = (".py", ".pyc", ".so", ".pyd")
+
+
+def _shadows(directory: str, name: str, module: str) -> bool:
+    top, _, rest = module.partition(".")
+    if name.startswith(top + ".") and name.endswith(_MODULE_SUFFIXES):
+        return True
+    if name != top:
+        return False
+    package = os.path.join(directory, name)
+    inner = os.path.join(package, *rest.split(".")) if rest else os.path.join(package, "__main__")
+    return any(
+        os.path.lexists(path + suffix)
+        for path in (os.path.join(package, "__init__"), inner)
+        for suffix in _MODULE_SUFFIXES
+    ) or os.path.isdir(inner)

@@ -9,12 +9,14 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 from shellward.types import ReloadOutcome, Verdict
 
 from .classifier import Classifier
+from .loading import load_repo_rules
 from .rules import RuleFileError
-from .ruleset import RuleSet
+from .ruleset import RepoRules, RuleSet
 
 log = logging.getLogger("shellwardd.rules")
 
@@ -39,6 +41,12 @@ class LiveRules:
         env: Mapping[str, str] | None = None,
     ) -> Verdict:
         return self._classifier.classify(command, cwd=cwd, workspace=workspace, env=env)
+
+    def check_repo(self, root: Path, *, trusted: bool) -> RepoRules | None:
+        """Load ``<root>/.shellward/rules.toml`` over the rules in force, with the given trust,
+        as the daemon would (``RepoRules.problem`` says what is wrong); None if absent."""
+        rules = self._classifier.rules
+        return load_repo_rules(root, rules.below, rules.index, trusted=trusted)
 
     def reload(self) -> ReloadOutcome:
         with self._lock:

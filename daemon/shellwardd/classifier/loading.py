@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import importlib.resources
+import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,8 +19,9 @@ from shellwardd.tomlfile import read_text
 
 from .classifier import classify_with
 from .rules import Rule, RuleFileError, parse_rule_file
-from .ruleset import RepoRules, RuleIndex, RuleSet, check_conflicts
+from .ruleset import RepoRules, RuleIndex, RuleSet, check_conflicts, keys
 
+log = logging.getLogger("shellwardd.rules")
 BUILTIN_PACKAGE = "shellwardd.builtin_rules"
 REPO_RULES = Path(".shellward") / "rules.toml"
 
@@ -51,7 +53,8 @@ def load_rules(
     repo_roots: Sequence[Path] = (),
     trusted_repos: Sequence[Path] = (),
 ) -> RuleSet:
-    """Load built-in, user and repo rules; raise RuleFileError on any broken file."""
+    """Load built-in, user and repo rules. A broken built-in or user file raises
+    RuleFileError; a broken repo file only makes that repo fail closed (see RepoRules)."""
     builtin, index, files = _builtins()
     stack = list(builtin)
     if user_file is not None:
@@ -64,22 +67,82 @@ def load_rules(
     trusted = {os.path.abspath(p) for p in trusted_repos}
     repos: list[RepoRules] = []
     for root in repo_roots:
-        path = Path(root) / REPO_RULES
-        if not path.is_file():
-            continue
+        repo = load_repo_rules(Path(root), stack, index, trusted=os.path.abspath(root) in trusted)
+        if repo is not None:
+            repos.append(repo)
+            files += (repo.source,)
+            if repo.problem is not None:
+                log.error(
+                    "broken repository rule file: commands in it are never replayed",
+                    extra={"repo": repo.root, "error": str(repo.problem)},
+                )
+    return RuleSet(index, tuple(repos), files, tuple(stack))
+
+
+def load_repo_rules(
+    root: Path, below: Sequence[Rule], below_index: RuleIndex, *, trusted: bool
+) -> RepoRules | None:
+    """The rules of ``<root>/.shellward/rules.toml`` layered on ``below`` (the built-in and
+    user rules, indexed as ``below_index``); None when the repo has no rule file.
+
+    Never raises for a problem of the file: it is returned as ``RepoRules.problem`` (the repo
+    then fails closed), because an agent can write this file and must not stop the daemon.
+    """
+    path = root / REPO_RULES
+    if not os.path.lexists(path):
+        return None
+    absolute = os.path.abspath(root)
+    try:
+        if not path.is_file():  # a directory, a FIFO (reading it would block), a dead link
+            raise RuleFileError(str(path), 1, "not a regular file: make it one, or remove it")
         rules, text = _read(path, "repo")
         check_conflicts(rules)
-        absolute = os.path.abspath(root)
-        if absolute in trusted:
-            merged = RuleIndex.build([*stack, *rules])
+        if trusted:
+            merged = RuleIndex.build([*below, *rules])
             _raise_first(check_examples(rules, merged, None, {str(path): text}))
-            repos.append(RepoRules(absolute, True, merged))
-        else:
-            own = RuleIndex.build(rules)
-            _raise_first(check_examples(rules, index, own, {str(path): text}))
-            repos.append(RepoRules(absolute, False, own))
-        files += (str(path),)
-    return RuleSet(index, tuple(repos), files)
+            return RepoRules(absolute, True, merged, str(path))
+        _raise_first(_widenings(rules, below_index))
+        own = RuleIndex.build(rules)
+        _raise_first(check_examples(rules, below_index, own, {str(path): text}))
+        return RepoRules(absolute, False, own, str(path))
+    except RuleFileError as exc:
+        return RepoRules(absolute, trusted, below_index, str(path), exc)
+
+
+def _widenings(rules: Sequence[Rule], below: RuleIndex) -> list[RuleFileError]:
+    """What an untrusted repo's rules may not say: anything less strict than the layers
+    below. Its verdicts could never win anyway (constraints keep the stricter one), but
+    granting network would, and a file that tries is refused rather than half-applied."""
+    untrusted = "this repository is not trusted, so its rules may only make verdicts stricter"
+    problems = []
+    for rule in rules:
+        if rule.network or any(c.network for c in rule.when):
+            line = next((c.line for c in rule.when if c.network), rule.line)
+            problems.append(
+                RuleFileError(rule.path, line, f"`network = true` grants network: {untrusted}")
+            )
+        if rule.approval_off or any(c.approval_off for c in rule.when):
+            line = next((c.line for c in rule.when if c.approval_off), rule.line)
+            problems.append(
+                RuleFileError(rule.path, line, f"`approval = false` lifts an approval: {untrusted}")
+            )
+        for program, sub in keys(rule):
+            found = below.programs.get(program)
+            lower = None if found is None else (found.base if not sub else found.subs.get(sub))
+            if lower is not None and (
+                rule.idempotency < lower.idempotency or rule.replay < lower.replay
+            ):
+                problems.append(
+                    RuleFileError(
+                        rule.path,
+                        rule.line,
+                        f"rule `{rule.id}` says {rule.idempotency.value}/{rule.replay.value} "
+                        f"where `{lower.qualified_id}` says "
+                        f"{lower.idempotency.value}/{lower.replay.value}: {untrusted}",
+                    )
+                )
+                break
+    return problems
 
 
 def check_rule_file(path: Path) -> list[str]:

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
 from shellward.types import ArgumentKind, Idempotency, ReplayPolicy
 from shellwardd.tomlfile import Block, TomlFile
+
+from .scripts import READERS
 
 
 class RuleFileError(Exception):
@@ -35,6 +37,7 @@ class Role(enum.Enum):
     OPAQUE = "opaque"
     NETWORK = "network"
     EXEC = "exec"
+    SCRIPT = "script"  # code in the program's own language, read by the rule's `script`
 
     @property
     def kind(self) -> ArgumentKind:
@@ -47,6 +50,7 @@ _ROLE_KINDS = {
     Role.OPAQUE: ArgumentKind.OPAQUE,
     Role.NETWORK: ArgumentKind.NETWORK,
     Role.EXEC: ArgumentKind.EXEC_HOOK,
+    Role.SCRIPT: ArgumentKind.OPAQUE,
 }
 
 
@@ -69,6 +73,7 @@ class Condition:
     match: tuple[str, ...]
     not_match: tuple[str, ...]
     line: int
+    approval_off: bool = False  # `approval = false` written out: a widening in a repo file
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,13 +104,19 @@ class Rule:
     code_flag: str
     code_args: bool
     exec_segments: tuple[str, ...]
+    script: str  # the language of `script` arguments ("sed"), or ""
+    subcommand_flag: str  # subcommands are this flag's value (`python -m MODULE`), or ""
+    repo_config: str  # the repository configuration the program obeys ("git"), or ""
     when: tuple[Condition, ...]
     match: tuple[str, ...]
     not_match: tuple[str, ...]
+    approval_off: bool = False  # `approval = false` written out: a widening in a repo file
     # Derived at load for the tokenizer: every flag that takes a value, and the single-dash
     # flags longer than one letter (`-exec`, `-delete`) that must not be read as clusters.
     takes_value: frozenset[str] = frozenset()
     long_single: frozenset[str] = frozenset()
+    # Every declared `--flag`: GNU getopt_long accepts any unique prefix of one (`--outp`).
+    long_flags: frozenset[str] = frozenset()
 
     @property
     def qualified_id(self) -> str:
@@ -120,7 +131,8 @@ _VERDICT_FIELDS = {"idempotency", "replay", "network", "approval", "reason"}
 _RULE_FIELDS = _VERDICT_FIELDS | {
     "id", "program", "subcommand", "args", "first_args", "first_args_unless", "last_arg",
     "value_flags", "value_roles", "wraps", "wrap_skip", "wrap_unless", "wrap_appends", "code_flag",
-    "code_args", "exec_segments", "when", "match", "not_match",
+    "code_args", "exec_segments", "script", "subcommand_flag",
+    "repo_config", "when", "match", "not_match",
 }  # fmt: skip
 _CONDITION_FIELDS = _VERDICT_FIELDS | {
     "flags", "unless_flags", "values", "unless_values", "min_args", "arg_regex", "args",
@@ -257,6 +269,7 @@ def _read_rule(r: _Reader, source: str) -> Rule:
         replay=replay,
         network=r.get("network", bool, False),
         approval=r.get("approval", bool, False),
+        approval_off=r.table.get("approval") is False,
         reason=_reason(r, line),
         args=r.enum("args", Role, Role.OPAQUE),
         first_args=first_args,
@@ -271,6 +284,9 @@ def _read_rule(r: _Reader, source: str) -> Rule:
         code_flag=r.get("code_flag", str, ""),
         code_args=r.get("code_args", bool, False),
         exec_segments=r.strings("exec_segments"),
+        script=_script(r, roles.values(), first_args),
+        subcommand_flag=r.get("subcommand_flag", str, ""),
+        repo_config=_repo_config(r),
         when=(),
         match=r.strings("match"),
         not_match=r.strings("not_match"),
@@ -278,12 +294,20 @@ def _read_rule(r: _Reader, source: str) -> Rule:
     # Conditions are read after the rule because their defaults are the rule's verdict.
     conditions = tuple(_read_condition(r, rule, n, t) for n, t in enumerate(when_tables))
     takes_value = rule.value_flags | frozenset(rule.value_roles)
+    takes_value |= {rule.subcommand_flag} - {""}
     takes_value |= {f for c in conditions if c.values or c.unless_values for f in c.flags}
     declared = set(takes_value) | set(rule.exec_segments) | set(rule.wrap_unless)
     declared |= set(rule.first_args_unless) | {rule.code_flag}
     declared |= {f for c in conditions for f in (*c.flags, *c.unless_flags)}
     long_single = frozenset(f for f in declared if len(f) > 2 and f[0] == "-" and f[1] != "-")
-    return replace(rule, when=conditions, takes_value=takes_value, long_single=long_single)
+    long_flags = frozenset(f for f in declared if len(f) > 2 and f[:2] == "--")
+    return replace(
+        rule,
+        when=conditions,
+        takes_value=takes_value,
+        long_single=long_single,
+        long_flags=long_flags,
+    )
 
 
 def _role(r: _Reader, name: str) -> Role:
@@ -294,6 +318,23 @@ def _role(r: _Reader, name: str) -> Role:
             r.line_of("first_args"),
             f"invalid role {name!r}: use one of " + ", ".join(m.value for m in Role),
         )
+
+
+def _script(r: _Reader, roles: Iterable[Role], first_args: tuple[Role, ...]) -> str:
+    language = r.get("script", str, "")
+    if language and language not in READERS:
+        r.fail(r.line_of("script"), f"unknown `script` {language!r}: use one of {sorted(READERS)}")
+    uses = {*roles, *first_args, r.table.get("args"), r.table.get("last_arg")}
+    if not language and (Role.SCRIPT in uses or "script" in uses):
+        r.fail(r.block[0], "a `script` role needs `script` to name the language (`sed`)")
+    return str(language)
+
+
+def _repo_config(r: _Reader) -> str:
+    kind = r.get("repo_config", str, "")
+    if kind not in ("", "git"):
+        r.fail(r.line_of("repo_config"), f'unknown `repo_config` {kind!r}: use "git"')
+    return str(kind)
 
 
 def _reason(r: _Reader, line: int) -> str:
@@ -332,6 +373,7 @@ def _read_condition(r: _Reader, rule: Rule, index: int, table: Any) -> Condition
         replay=sub.enum("replay", ReplayPolicy, rule.replay, line),
         network=sub.get("network", bool, False, line),
         approval=sub.get("approval", bool, False, line),
+        approval_off=sub.table.get("approval") is False,
         reason=_reason(sub, line),
         args=sub.enum("args", Role, None, line) if "args" in table else None,
         match=sub.strings("match", line),

@@ -3,7 +3,8 @@
 Rules are keyed by (program, subcommand words). A layer that is trusted (the user file, a
 trusted repo) replaces a lower layer's rule with the same key. An untrusted repo's rules are
 kept apart as *constraints*: the engine evaluates them next to the trusted rules and keeps
-whichever verdict is stricter, so they can only make verdicts stricter.
+whichever verdict is stricter, so they can only make verdicts stricter. A repo whose rule
+file is broken keeps its problem instead of rules: every command in it fails closed.
 """
 
 from __future__ import annotations
@@ -81,7 +82,30 @@ class RepoRules:
     root: str
     trusted: bool
     # Trusted: the whole stack merged. Untrusted: the repo's rules alone, as constraints.
+    # Broken: the layers below the repo (built-in + user), used only for the flags.
     index: RuleIndex
+    path: str = ""
+    # Why the repo's rule file cannot be used (it then fails closed for this repo only).
+    problem: RuleFileError | None = None
+
+    @property
+    def source(self) -> str:
+        """How ``shellward status`` lists this repo's file."""
+        if self.problem is None:
+            return self.path
+        return (
+            f"{self.path}: BROKEN, every command in {self.root} is non_idempotent/never "
+            f"until it is fixed: {self.problem}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """The rules for commands run in one directory."""
+
+    index: RuleIndex
+    constraints: RuleIndex | None = None  # an untrusted repo's rules
+    broken: RepoRules | None = None  # a repo whose rule file is broken
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,11 +115,13 @@ class RuleSet:
     index: RuleIndex
     repos: tuple[RepoRules, ...] = ()
     files: tuple[str, ...] = ()
+    # The built-in and user rules: what a repo's file is layered on (see load_repo_rules).
+    below: tuple[Rule, ...] = ()
 
-    def for_directory(self, cwd: str | None) -> tuple[RuleIndex, RuleIndex | None]:
-        """The (trusted index, untrusted constraints) that apply to commands run in ``cwd``."""
+    def for_directory(self, cwd: str | None) -> Scope:
+        """The rules that apply to commands run in ``cwd``."""
         if cwd is None or not self.repos:
-            return self.index, None
+            return Scope(self.index)
         path = os.path.normpath(cwd)
         best: RepoRules | None = None
         for repo in self.repos:
@@ -104,5 +130,7 @@ class RuleSet:
             ):
                 best = repo
         if best is None:
-            return self.index, None
-        return (best.index, None) if best.trusted else (self.index, best.index)
+            return Scope(self.index)
+        if best.problem is not None:
+            return Scope(self.index, broken=best)
+        return Scope(best.index) if best.trusted else Scope(self.index, best.index)

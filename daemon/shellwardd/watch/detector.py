@@ -25,6 +25,12 @@ Choices, and why:
   each reports what changed against the index as it was when its own window began, and
   ``CallEffects.overlapped`` says that effects may include the other calls' writes.
 - **Renames** are one RENAMED effect (see :mod:`.effects`).
+- **Directories** created or removed are effects (path ending in ``/``). The index holds
+  files only, so the monitor keeps the set of workspace directories beside it, in memory:
+  filled by the walk that builds or re-validates the index at start-up, and updated by
+  the same walks that find a call's (or an external edit's) changed files. A call's
+  directory effects are the difference, inside the subtrees its events covered, between
+  that set and what the walk lists now.
 - **Writes into ``.git/``** (at any depth) give one effect per ``.git`` directory with
   path ``<dir>/.git/`` and no hashes: MODIFIED, or CREATED / DELETED when the directory
   itself appeared or went away during the call. Its files are not indexed.
@@ -54,7 +60,7 @@ from typing import Literal
 
 from shellward.types import EffectKind, FileEffect
 
-from .effects import diff
+from .effects import diff, dir_effects
 from .gate import CallGate
 from .hashing import IndexEntry, Stamp, fs_stamp
 from .index import HashIndex, index_db_path
@@ -197,6 +203,9 @@ class WorkspaceMonitor:
         self._index_lock = threading.RLock()
         self._index: HashIndex | None = None
         self._synced_overflows = 0
+        # Every INDEXED directory of the workspace but the root, with its inode (see
+        # "Directories" above).
+        self._dirs: dict[str, int] = {}
 
         self._ids = itertools.count(1)
         self._open_calls: dict[int, _Call] = {}
@@ -321,15 +330,20 @@ class WorkspaceMonitor:
                     overflows = self._overflows
                     lost = call.will_rescan(overflows) or self._watch_limit
                 note = ""
+                listed: set[str] = set()
                 if lost:
                     note = self._lost_note(call, overflows)
                     overflows = self._prepare_rescan()
-                    changes = stat_scan(index, self._root, self._filter, self._stamp())
+                    changes = stat_scan(
+                        index, self._root, self._filter, self._stamp(), listed=listed
+                    )
                     states = {p: (index.get(p), e) for p, e in changes.items()}
                 else:
-                    states = self._states(call.dirty)
+                    states = self._states(call.dirty, listed)
                     changes = {p: a for p, (b, a) in states.items() if a != b}
                 effects = diff(states, from_rescan=lost)
+                created, removed = self._sync_dirs(None if lost else call.dirty.dirs, listed)
+                effects.extend(dir_effects(created, removed, effects, from_rescan=lost))
                 effects.extend(self._git_effects(call.dirty.git))
                 if self._apply(changes, call) and lost:
                     with self._lock:
@@ -481,8 +495,11 @@ class WorkspaceMonitor:
         if not self._ready.is_set() or self._index is None or self._failed:
             raise WatchError(f"{self._root}: the index is not available ({self._note})")
 
-    def _states(self, dirty: _Dirty) -> dict[str, tuple[IndexEntry | None, IndexEntry | None]]:
-        """Before (index) and after (disk) of every path ``dirty`` may cover."""
+    def _states(
+        self, dirty: _Dirty, listed: set[str]
+    ) -> dict[str, tuple[IndexEntry | None, IndexEntry | None]]:
+        """Before (index) and after (disk) of every path ``dirty`` may cover; every
+        directory listed on the way is added to ``listed``."""
         index = self._require_index()
         if not dirty.dirs and not dirty.files:
             return {}
@@ -492,7 +509,6 @@ class WorkspaceMonitor:
         # A directory's event covers its whole subtree. `cp -r` reports every directory
         # it creates, each inside the last: outermost first, and a directory the walk of
         # an outer one has listed is not walked again.
-        listed: set[str] = set()
         for directory in sorted(dirty.dirs, key=lambda d: d.count("/") + (d != "")):
             if directory in listed:
                 continue
@@ -505,6 +521,26 @@ class WorkspaceMonitor:
         ordered = sorted(found)
         after = probe_many(self._root, [(p, found[p]) for p in ordered], stamp)
         return {p: (index.get(p), a) for p, a in zip(ordered, after, strict=True)}
+
+    def _sync_dirs(
+        self, roots: set[str] | None, listed: set[str]
+    ) -> tuple[dict[str, int], dict[str, int]]:
+        """Update the directory set from a walk that listed ``listed`` under ``roots``
+        (None: the whole workspace); return the directories (created, removed) there,
+        with their inodes. ``_index_lock`` held."""
+        now = listed - {""}
+        if roots is None or "" in roots:
+            before = set(self._dirs)
+        else:
+            before = {d for d in self._dirs if any(_under(d, r) for r in roots)}
+            now = {d for d in now if any(_under(d, r) for r in roots)}
+        created: dict[str, int] = {}
+        for d in sorted(now - before):
+            with contextlib.suppress(OSError):  # gone since the walk: not created after all
+                created[d] = os.lstat(join(self._root, d)).st_ino
+        removed = {d: self._dirs.pop(d) for d in sorted(before - now)}
+        self._dirs.update(created)
+        return created, removed
 
     def _stamp(self) -> Stamp | None:
         return fs_stamp(self._cookie_dir)
@@ -548,11 +584,13 @@ class WorkspaceMonitor:
             dirty, self._external = self._external, _Dirty()
             overflows = self._overflows
             full = overflows != self._synced_overflows or self._watch_limit
+        listed: set[str] = set()
         if full:
             overflows = self._prepare_rescan()
-            changes = stat_scan(index, self._root, self._filter, self._stamp())
+            changes = stat_scan(index, self._root, self._filter, self._stamp(), listed=listed)
         else:
-            changes = {p: a for p, (b, a) in self._states(dirty).items() if a != b}
+            changes = {p: a for p, (b, a) in self._states(dirty, listed).items() if a != b}
+        self._sync_dirs(None if full else dirty.dirs, listed)
         if self._apply(changes, call) and full:
             with self._lock:
                 self._synced_overflows = overflows
@@ -565,10 +603,17 @@ class WorkspaceMonitor:
                 index = HashIndex(self._db_path, self.root)
                 self._index = index
                 self._total = len(index)
+                listed: set[str] = set()
                 changes = stat_scan(
-                    index, self._root, self._filter, self._stamp(), on_progress=self._progress
+                    index,
+                    self._root,
+                    self._filter,
+                    self._stamp(),
+                    on_progress=self._progress,
+                    listed=listed,
                 )
                 index.update(changes)
+                self._sync_dirs(None, listed)
                 self._synced_overflows = overflows
                 self._flush_external(None)
                 self._state = "ready"
@@ -599,3 +644,7 @@ class WorkspaceMonitor:
                 if self._calls or self._index is None or self._state != "ready":
                     continue
                 self._flush_external(None)
+
+
+def _under(path: str, root: str) -> bool:
+    return not root or path == root or path.startswith(root + "/")

@@ -11,15 +11,20 @@ DELETED plus a CREATED). For RENAMED, ``renamed_from`` held ``before_hash`` befo
 call and is absent after; ``path`` was absent before and holds ``after_hash`` (equal to
 ``before_hash``) after. A rename over an existing file is a DELETED of the source and a
 MODIFIED of the target. ``size`` is the size after the call, or before it for DELETED.
+
+Directories are effects too (an empty one left by `mktemp -d -p .` changes what a second run
+finds): a directory that appeared is CREATED, one that went away DELETED, one that moved
+(same inode) RENAMED, with paths ending in ``/`` and DIR_HASH as the hash of a directory,
+which is what the replay check compares with the workspace.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from shellward.types import EffectKind, FileEffect
 
-from .hashing import IndexEntry
+from .hashing import DIR_HASH, IndexEntry
 
 States = Mapping[str, tuple[IndexEntry | None, IndexEntry | None]]
 
@@ -86,3 +91,65 @@ def diff(states: States, *, from_rescan: bool = False) -> list[FileEffect]:
         )
     effects.sort(key=lambda e: e.path)
     return effects
+
+
+def dir_effects(
+    created: Mapping[str, int],
+    removed: Mapping[str, int],
+    files: Sequence[FileEffect],
+    *,
+    from_rescan: bool = False,
+) -> list[FileEffect]:
+    """The effects of directories that appeared (``created``) or went away (``removed``),
+    each given with its inode: one of each with the same inode is one RENAMED.
+
+    A directory another effect already implies is left out: one that holds a created,
+    modified or moved-in path after the call (`mkdir -p a/b && touch a/b/f` is the one
+    effect `a/b/f`), one inside a removed directory, or one whose files were removed.
+    """
+    gone = {inode: path for path, inode in removed.items()}
+    effects = []
+    for path, inode in created.items():
+        old = gone.pop(inode, None)
+        effects.append(
+            FileEffect(
+                f"{path}/",
+                EffectKind.CREATED if old is None else EffectKind.RENAMED,
+                before_hash="" if old is None else DIR_HASH,
+                after_hash=DIR_HASH,
+                renamed_from="" if old is None else f"{old}/",
+                from_rescan=from_rescan,
+            )
+        )
+    effects.extend(
+        FileEffect(f"{path}/", EffectKind.DELETED, before_hash=DIR_HASH, from_rescan=from_rescan)
+        for path in gone.values()
+    )
+    every = (*files, *effects)
+    holds_after = _parents(e.path for e in every if e.kind is not EffectKind.DELETED)
+    # A removed directory is left out under a removed directory, or when files removed
+    # from it already say so (`rm -rf tree` is the files' effects).
+    gone_dirs = {e.path for e in effects if e.kind is EffectKind.DELETED}
+    emptied = _parents(e.path for e in files if e.kind is EffectKind.DELETED)
+    return [
+        e
+        for e in effects
+        if (
+            e.path not in emptied and not _parents([e.path]) & gone_dirs
+            if e.kind is EffectKind.DELETED
+            else e.path not in holds_after
+        )
+    ]
+
+
+def _parents(paths: Iterable[str]) -> set[str]:
+    """Every proper parent directory of ``paths``, as ``dir/``."""
+    found: set[str] = set()
+    for path in paths:
+        end = len(path.rstrip("/"))
+        while (end := path.rfind("/", 0, end)) > 0:
+            parent = path[: end + 1]
+            if parent in found:
+                break
+            found.add(parent)
+    return found

@@ -30,6 +30,8 @@ from dataclasses import dataclass, replace
 
 HASH_PREFIX = "sha256:"
 LINK_PREFIX = "symlink:"
+# What a directory effect records as its hash: a directory is there or not.
+DIR_HASH = "directory"
 
 # Without a usable stamp: a file changed less than this long before it was hashed is racy.
 # Linux's coarse clock ticks every 1-10 ms and FAT keeps two seconds.
@@ -218,9 +220,15 @@ def bytes_hash(data: bytes) -> str:
 
 
 def content_hash(path: str | os.PathLike[str]) -> str:
-    """The hash string an effect would record for ``path`` now ("" if absent).
+    """The hash string an effect would record for ``path`` now ("" if absent, DIR_HASH for
+    a directory).
 
     For callers that check recorded effects against the workspace (the replay engine).
     """
     entry = probe(path)
-    return entry.hash if entry is not None else ""
+    if entry is not None:
+        return entry.hash
+    try:
+        return DIR_HASH if stat.S_ISDIR(os.lstat(path).st_mode) else ""
+    except OSError:
+        return ""

@@ -135,8 +135,12 @@ def stat_scan(
     stamp: Stamp | None = None,
     start: str = "",
     on_progress: ProgressFn | None = None,
+    listed: set[str] | None = None,
 ) -> Changes:
     """What must change in ``index`` for the subtree at ``start`` to match the disk.
+
+    Every directory the walk lists is added to ``listed`` (the index holds no directories:
+    the detector keeps them apart, see :mod:`.detector`).
 
     ``stamp`` must have been taken before this call (see :mod:`.hashing`); without
     one, new entries are judged racy by the wall-clock window.
@@ -147,7 +151,7 @@ def stat_scan(
     seen: set[str] = set()
     stale: list[tuple[str, os.stat_result | None]] = []
     known = index.entries.get  # not index.get: this loop runs once per file in the tree
-    for path, st in walk(root, pfilter, start):
+    for path, st in walk(root, pfilter, start, listed):
         seen.add(path)
         old = known(path)
         if old is None or old.is_link != stat.S_ISLNK(st.st_mode) or not old.same_stat(st):
