@@ -195,13 +195,20 @@ def conflict_content(call_id: str, previous: LedgerEntry, conflicts: tuple[str, 
     )
 
 
-def captured(data: bytes) -> CapturedOutput:
-    """A tool's whole answer as a call's output (tools' answers are not capped)."""
-    return CapturedOutput(data, len(data), False, bytes_hash(data))
+def captured(data: bytes, cap: int) -> CapturedOutput:
+    """A tool's answer as a call's output, capped like a command's (``--output-cap``):
+    the first ``cap`` bytes kept, the size and digest of the whole."""
+    return CapturedOutput(data[:cap], len(data), len(data) > cap, bytes_hash(data))
 
 
 def mcp_finished_entry(
-    entry: LedgerEntry, tool: RegisteredTool, outcome: ToolCallOutcome, key: str | None, now: float
+    entry: LedgerEntry,
+    tool: RegisteredTool,
+    outcome: ToolCallOutcome,
+    key: str | None,
+    now: float,
+    *,
+    cap: int,
 ) -> LedgerEntry:
     """The final entry of a business tool call, from what its server answered (or not)."""
     name = tool.name
@@ -209,7 +216,7 @@ def mcp_finished_entry(
     common: dict[str, Any] = {"finished_at": now}
     if outcome.kind in (OutcomeKind.OK, OutcomeKind.ERROR):  # the server answered
         structured = outcome.structured
-        common["stdout"] = captured(answer)
+        common["stdout"] = captured(answer, cap)
         common["output_json"] = json.dumps(
             structured if structured is not None else {"content": outcome.content}
         )
