@@ -16,6 +16,7 @@ import pytest
 
 from shellwardd.errors import Conflict, InvalidArgument, NotFound, PermissionDenied
 from shellwardd.filetools import (
+    MAX_LIST_ENTRIES,
     TEMP_SUFFIX,
     EntryKind,
     FileWritePlan,
@@ -357,6 +358,8 @@ def test_list_files_errors(workspace: Path) -> None:
         list_files(workspace, ".git")
     with pytest.raises(InvalidArgument, match="limit"):
         list_files(workspace, limit=0)
+    with pytest.raises(InvalidArgument, match=f"1 to {MAX_LIST_ENTRIES} entries"):
+        list_files(workspace, limit=MAX_LIST_ENTRIES + 1)
 
 
 # --- plan_write --------------------------------------------------------------------------

@@ -26,6 +26,7 @@ path into names and refusals into sentences, ``_patch`` applies unified diffs to
 
 from ._paths import check_path
 from ._tools import (
+    MAX_LIST_ENTRIES,
     MAX_PATCH_BYTES,
     TEMP_SUFFIX,
     EntryKind,
@@ -43,6 +44,7 @@ from ._tools import (
 )
 
 __all__ = [
+    "MAX_LIST_ENTRIES",
     "MAX_PATCH_BYTES",
     "TEMP_SUFFIX",
     "EntryKind",

@@ -45,6 +45,8 @@ from ._paths import Location, is_git, locate, refusal, symlink_refusal
 TEMP_SUFFIX = ".shellward-tmp"
 # A patch is applied in memory; past this size a file is rewritten with write_file instead.
 MAX_PATCH_BYTES = 64 << 20
+# The most entries one listing returns: its JSON answer is kept whole in the ledger.
+MAX_LIST_ENTRIES = 10_000
 
 _HASH_RE = re.compile(r"sha256:[0-9a-f]{64}")
 # O_NONBLOCK: opening a FIFO must not hang the daemon (it is refused after the fstat).
@@ -238,8 +240,11 @@ def list_files(
     A recursive listing walks depth first and follows no symlink; it shows a ``.git``
     directory but not what is inside, and never shows shellward's cookie directory.
     """
-    if limit < 1:
-        raise InvalidArgument(f"limit is {limit}: ask for at least one entry.")
+    if not 1 <= limit <= MAX_LIST_ENTRIES:
+        raise InvalidArgument(
+            f"limit is {limit}: ask for 1 to {MAX_LIST_ENTRIES} entries, and narrow a larger"
+            " listing with path and pattern."
+        )
     if not pattern:
         raise InvalidArgument("The pattern is empty: use '*' to list every entry.")
     location = locate(workspace, path)
