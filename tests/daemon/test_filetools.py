@@ -558,6 +558,16 @@ def test_apply_write_keeps_the_mode_of_an_existing_file(workspace: Path) -> None
     assert script.read_bytes() == b"#!/bin/sh\necho new\n"
 
 
+def test_apply_write_keeps_no_set_uid_bit(workspace: Path) -> None:
+    # A sandboxed process marks its file set-uid; a root daemon's write must not make a
+    # set-uid-root program of it.
+    tool = workspace / "tool"
+    tool.write_bytes(b"old")
+    tool.chmod(0o6755)
+    apply_write(workspace, plan_write(workspace, "tool", b"new", None))
+    assert stat.S_IMODE(tool.stat().st_mode) == 0o755
+
+
 def test_apply_write_gives_a_new_file_the_umask_mode(workspace: Path) -> None:
     old = os.umask(0o027)
     try:

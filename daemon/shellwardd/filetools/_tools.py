@@ -397,7 +397,8 @@ def apply_write(workspace: Path, plan: FileWritePlan) -> None:
     """Write ``plan.content`` to its path atomically: the old file or the new, never half.
 
     The path is located again, so a plan read back from the ledger is held to the same
-    rules. A file that existed keeps its mode; a new one gets the usual 0o666 less umask.
+    rules. A file that existed keeps its permission bits (never set-uid, set-gid or
+    sticky); a new one gets the usual 0o666 less umask.
     """
     location = locate(workspace, plan.path)
     if not location.parts:
@@ -423,7 +424,9 @@ def _mode_to_keep(parent: int, name: str, location: Location) -> int | None:
     if stat.S_ISLNK(st.st_mode):
         raise symlink_refusal(location, location.rel, os.readlink(name, dir_fd=parent))
     _refuse_unless_single_file(location, st)
-    return stat.S_IMODE(st.st_mode)
+    # Permission bits only: a set-uid bit a sandboxed process put on its own file must not
+    # end up on the file the daemon (perhaps root) writes in its place.
+    return stat.S_IMODE(st.st_mode) & 0o777
 
 
 def _replace(parent: int, name: str, content: bytes, mode: int | None) -> None:
