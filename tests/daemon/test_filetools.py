@@ -210,6 +210,12 @@ def test_a_kernel_without_openat2_gets_the_walk(monkeypatch: pytest.MonkeyPatch)
         monkeypatch.setattr(_beneath, "_openat2", unsupported)
         assert _beneath._kernel_has_openat2() is False
 
+    def cwd_gone(*args: object) -> int:
+        raise FileNotFoundError(errno.ENOENT, "gone")
+
+    monkeypatch.setattr(_beneath, "_openat2", cwd_gone)
+    assert _beneath._kernel_has_openat2() is True
+
 
 # --- hard links and special files --------------------------------------------------------
 
