@@ -31,6 +31,7 @@ from shellwardd.filetools import (
     read_file,
 )
 from shellwardd.watch import content_hash
+from tests.daemon.hostile import watching_opens
 
 
 def sha(data: bytes) -> str:
@@ -240,12 +241,18 @@ def test_a_file_with_another_hard_link_is_neither_read_nor_written(
     assert (workspace / "innocent.txt").read_text() == "top secret\n"
 
 
-def test_a_fifo_is_refused_by_every_tool_without_blocking(workspace: Path) -> None:
+def test_a_fifo_is_refused_by_every_tool_without_being_opened(workspace: Path) -> None:
     os.mkfifo(workspace / "pipe")
-    with pytest.raises(InvalidArgument, match="not a regular file"):
-        read_file(workspace, "pipe")
-    with pytest.raises(InvalidArgument, match="not a regular file"):
-        plan_write(workspace, "pipe", b"x", None)
+    # Not even opened non-blocking: a reader's open releases a writer blocked on the FIFO,
+    # and opening a device can act on it.
+    with watching_opens(workspace / "pipe") as opens:
+        with pytest.raises(InvalidArgument, match="not a regular file"):
+            read_file(workspace, "pipe")
+        with pytest.raises(InvalidArgument, match="not a regular file"):
+            plan_write(workspace, "pipe", b"x", None)
+        assert opens() == 0
+        os.close(os.open(workspace / "pipe", os.O_RDONLY | os.O_NONBLOCK))
+        assert opens() == 1  # the witness sees an open for I/O
     # A plan made before a FIFO took the file's place is not applied over it either.
     plan = plan_write(workspace, "later", b"x", None)
     os.mkfifo(workspace / "later")

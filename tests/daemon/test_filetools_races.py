@@ -24,7 +24,7 @@ from shellwardd.filetools import (
     plan_write,
     read_file,
 )
-from tests.daemon.swapper import Layout, swapping
+from tests.daemon.hostile import Layout, swapping
 
 TRIES = 3000
 

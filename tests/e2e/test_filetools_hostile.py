@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from shellward import Client, Code
-from tests.daemon.swapper import Layout, swapping
+from tests.daemon.hostile import Layout, swapping, watching_opens
 from tests.helpers import start_daemon
 
 TRIES = 300
@@ -69,12 +69,15 @@ def test_a_hard_link_to_a_file_outside_is_not_read(
     assert secret.read_bytes() == b"PRIVATE KEY\n"
 
 
-def test_a_fifo_is_refused_and_does_not_block_the_daemon(client: Client, workspace: Path) -> None:
+def test_a_fifo_is_refused_and_never_opened_by_the_daemon(client: Client, workspace: Path) -> None:
     os.mkfifo(workspace / "pipe")
-    result = client.call_tool("read_file", {"path": "pipe"}, cwd=workspace, timeout=30)
-    assert result.code is Code.INVALID_ARGUMENT and "not a regular file" in result.content
-    written = client.call_tool("write_file", {"path": "pipe", "content": "x"}, cwd=workspace)
-    assert written.code is Code.INVALID_ARGUMENT and "not a regular file" in written.content
+    with watching_opens(workspace / "pipe") as opens:
+        result = client.call_tool("read_file", {"path": "pipe"}, cwd=workspace, timeout=30)
+        assert result.code is Code.INVALID_ARGUMENT and "not a regular file" in result.content
+        args = {"path": "pipe", "content": "x"}
+        written = client.call_tool("write_file", args, cwd=workspace)
+        assert written.code is Code.INVALID_ARGUMENT and "not a regular file" in written.content
+        assert opens() == 0
 
 
 @pytest.fixture

@@ -49,8 +49,6 @@ MAX_PATCH_BYTES = 64 << 20
 MAX_LIST_ENTRIES = 10_000
 
 _HASH_RE = re.compile(r"sha256:[0-9a-f]{64}")
-# O_NONBLOCK: opening a FIFO must not hang the daemon (it is refused after the fstat).
-_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK
 _READ_CHUNK = 1 << 20
 _READ_ATTEMPTS = 3
 
@@ -143,19 +141,28 @@ def _open_regular(root: int, location: Location) -> tuple[int, os.stat_result] |
     None if there is no such file; a symlink on the way, a directory, a FIFO or device,
     or a file with more than one hard link is refused with a sentence for the model.
     """
+    # O_PATH first: it opens nothing for I/O, so a FIFO cannot block the daemon and a
+    # device cannot act on being opened (a watchdog device starts its timer).
     try:
-        fd = open_beneath(root, location.parts, _READ_FLAGS)
+        handle = open_beneath(root, location.parts, os.O_PATH)
     except FileNotFoundError:
         return None
     except OSError as exc:
         _raise_for(root, location, exc)
-    try:
-        st = os.fstat(fd)
+    with closing_fd(handle):
+        st = os.fstat(handle)
+        if stat.S_ISLNK(st.st_mode):  # O_PATH | O_NOFOLLOW opens a final symlink itself
+            _raise_for(root, location, OSError(errno.ELOOP, os.strerror(errno.ELOOP)))
         _refuse_unless_single_file(location, st)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd, st
+        # The same inode, now for reading: through the daemon's own descriptor table, so
+        # nothing on the way can have changed.
+        try:
+            return os.open(f"/proc/self/fd/{handle}", os.O_RDONLY | os.O_CLOEXEC), st
+        except FileNotFoundError:
+            raise Unavailable(
+                "shellward cannot reopen files safely without /proc: mount /proc in the"
+                " daemon's environment and restart it."
+            ) from None
 
 
 # --- reading -----------------------------------------------------------------------------

@@ -1,15 +1,16 @@
-"""A hostile process for the file tools' race tests: it swaps a directory of the workspace
-with a symlink to a directory outside, with ``renameat2(RENAME_EXCHANGE)``, in a loop.
-
-It runs as a separate process (real parallelism, no GIL) until the test ends.
+"""What the file tools' hostile tests need: a process that swaps a directory of the
+workspace with a symlink to a directory outside (``renameat2(RENAME_EXCHANGE)`` in a loop,
+a separate process for real parallelism), and a witness of every open of one file.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,3 +74,29 @@ def swapping(layout: Layout, pause: float = 0.0) -> Iterator[None]:
     finally:
         process.kill()
         process.wait()
+
+
+_IN_OPEN = 0x20
+
+
+@contextlib.contextmanager
+def watching_opens(path: Path) -> Iterator[Callable[[], int]]:
+    """Count the opens of ``path`` for I/O (inotify IN_OPEN; an O_PATH open is not one),
+    by any process, while the block runs; the block gets a function that counts so far."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+    assert fd >= 0, os.strerror(ctypes.get_errno())
+    seen = 0
+
+    def opens() -> int:
+        nonlocal seen
+        with contextlib.suppress(BlockingIOError):
+            while data := os.read(fd, 4096):
+                seen += len(data) // 16  # one event without a name: 16 bytes
+        return seen
+
+    try:
+        assert libc.inotify_add_watch(fd, os.fsencode(path), _IN_OPEN) >= 0
+        yield opens
+    finally:
+        os.close(fd)
