@@ -1,9 +1,9 @@
 """The file tools themselves: read, list, plan a write or a patch, apply, check.
 
 Each call opens the workspace root once and reaches files only through descriptors (see
-:mod:`._beneath` for why): a file is read, hashed and checked through the one descriptor it
-was opened as; a write creates its temporary file in, renames within, and fsyncs the
-directory descriptor it walked to. What a tool refuses on the way (a symlink, a file with
+:mod:`._beneath` for why): a file is checked through an ``O_PATH`` descriptor (which opens
+no FIFO or device) and read and hashed through that same inode reopened; a write creates
+its temporary file in, renames within, and fsyncs the directory descriptor it walked to. What a tool refuses on the way (a symlink, a file with
 more than one hard link, anything but a regular file) it refuses whenever it meets it,
 before a call starts and again when it runs.
 """
