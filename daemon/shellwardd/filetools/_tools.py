@@ -3,9 +3,10 @@
 Each call opens the workspace root once and reaches files only through descriptors (see
 :mod:`._beneath` for why): a file is checked through an ``O_PATH`` descriptor (which opens
 no FIFO or device) and read and hashed through that same inode reopened; a write creates
-its temporary file in, renames within, and fsyncs the directory descriptor it walked to. What a tool refuses on the way (a symlink, a file with
-more than one hard link, anything but a regular file) it refuses whenever it meets it,
-before a call starts and again when it runs.
+its temporary file in, renames within, and fsyncs the directory descriptor it walked to.
+What a tool refuses on the way (a symlink, a file with more than one hard link, anything
+but a regular file) it refuses whenever it meets it, before a call starts and again when
+it runs.
 """
 
 from __future__ import annotations
