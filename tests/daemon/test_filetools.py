@@ -203,6 +203,9 @@ def test_make_dirs_creates_beneath_and_refuses_a_link(workspace: Path, outside: 
 
 
 def test_a_kernel_without_openat2_gets_the_walk(monkeypatch: pytest.MonkeyPatch) -> None:
+    with monkeypatch.context() as elsewhere:  # a syscall number 437 that is not openat2
+        elsewhere.setattr(_beneath.platform, "machine", lambda: "mips")
+        assert _beneath._kernel_has_openat2() is False
     for refused in (errno.ENOSYS, errno.EPERM):  # old kernel; seccomp profile
 
         def unsupported(*args: object, err: int = refused) -> int:
