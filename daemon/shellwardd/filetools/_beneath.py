@@ -16,7 +16,8 @@ Choices, and why:
 - **openat2(2) where the kernel has it** (Linux 5.6 and later): one system call resolves
   the whole path with ``RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS``,
   so the kernel itself refuses any step out of the root, through a symlink or a
-  ``/proc`` magic link. Python has no binding: it is called through ctypes.
+  ``/proc`` magic link. Python has no binding: it is called through ctypes, by its
+  number, on the architectures where that number is known to be 437.
 - **A walk where it has not** (``ENOSYS`` on an older kernel, ``EPERM`` from a seccomp
   profile that refuses it): each component is opened with ``O_NOFOLLOW`` relative to the
   descriptor of the one before, which refuses the same links one step at a time. The
