@@ -187,9 +187,11 @@ def test_open_beneath_opens_only_plain_paths(workspace: Path, outside: Path) -> 
             with pytest.raises(OSError) as err:
                 _beneath.open_beneath(root, parts, os.O_RDONLY)
             assert err.value.errno in (errno.ELOOP, errno.ENOTDIR)
-        assert _beneath.find_symlink(root, ("a", "out", "secret")) == ("a/out", str(outside))
-        assert _beneath.find_symlink(root, ("a", "b", "f")) is None
-        assert _beneath.find_symlink(root, ("a", "missing", "f")) is None
+        found = _beneath.find_obstacle
+        assert found(root, ("a", "out", "secret")) == _beneath.Obstacle("a/out", str(outside))
+        assert found(root, ("a", "b", "f", "x")) == _beneath.Obstacle("a/b/f", None)
+        assert found(root, ("a", "b", "f")) is None
+        assert found(root, ("a", "missing", "f")) is None
 
 
 def test_make_dirs_creates_beneath_and_refuses_a_link(workspace: Path, outside: Path) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from shellwardd.errors import ShellwardError
+from shellwardd.errors import PermissionDenied
 from shellwardd.filetools import (
     TEMP_SUFFIX,
     FileWritePlan,
@@ -50,7 +50,7 @@ def test_read_file_never_returns_outside_content(resolver: str, layout: Layout) 
         for _ in range(TRIES):
             try:
                 content = read_file(layout.workspace, "d/f").content
-            except ShellwardError:
+            except PermissionDenied:
                 refused += 1
                 continue
             seen[content] = seen.get(content, 0) + 1
@@ -67,10 +67,10 @@ def test_write_never_creates_a_file_outside(resolver: str, layout: Layout) -> No
             try:
                 apply_write(layout.workspace, plan)
                 written += 1
-            except ShellwardError:
+            except PermissionDenied:
                 continue
             # Planning reads the file: the same refusals, never the outside file.
-            with contextlib.suppress(ShellwardError):
+            with contextlib.suppress(PermissionDenied):
                 plan_write(layout.workspace, "d/f", b"y", None)
     assert layout.outside_names() == ["f", "only-outside.txt"]
     assert not [p for p in layout.workspace.rglob("*") if p.name.endswith(TEMP_SUFFIX)]
@@ -83,6 +83,6 @@ def test_list_files_never_lists_outside(resolver: str, layout: Layout) -> None:
         for _ in range(TRIES // 3):
             try:
                 listing = list_files(layout.workspace, "d", recursive=True)
-            except ShellwardError:
+            except PermissionDenied:
                 continue
             assert "d/only-outside.txt" not in [e.path for e in listing.entries]

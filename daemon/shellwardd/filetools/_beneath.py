@@ -12,7 +12,7 @@ Choices, and why:
   inside the workspace (its only writable mount), never out of it.
 - **No symlink is followed**, not even one that points inside the workspace: a link that
   stays inside now may point outside a microsecond later, and telling the two apart is
-  the race itself. The caller names the link in its refusal (:func:`find_symlink`).
+  the race itself. The caller names the link in its refusal (:func:`find_obstacle`).
 - **openat2(2) where the kernel has it** (Linux 5.6 and later): one system call resolves
   the whole path with ``RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS``,
   so the kernel itself refuses any step out of the root, through a symlink or a
@@ -36,6 +36,7 @@ import os
 import platform
 import stat
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 # <linux/openat2.h>
@@ -150,20 +151,32 @@ def make_dirs(root: int, parts: Sequence[str]) -> int:
     return current
 
 
-def find_symlink(root: int, parts: Sequence[str]) -> tuple[str, str] | None:
-    """The first component of ``parts`` that is a symlink now, and its target; or None.
+@dataclass(frozen=True)
+class Obstacle:
+    """What stops a path now: a symlink (``target`` its target) or, before the last name,
+    something that is not a directory (``target`` None). ``path`` is where, from the root."""
+
+    path: str
+    target: str | None
+
+
+def find_obstacle(root: int, parts: Sequence[str]) -> Obstacle | None:
+    """The first component of ``parts`` that stops a walk now, or None if none does.
 
     For error messages only: what it finds may change right after it looked.
     """
     current = os.dup(root)
     try:
         for i, name in enumerate(parts):
+            where = "/".join(parts[: i + 1])
             try:
                 st = os.stat(name, dir_fd=current, follow_symlinks=False)
                 if stat.S_ISLNK(st.st_mode):
-                    return "/".join(parts[: i + 1]), os.readlink(name, dir_fd=current)
-                if not stat.S_ISDIR(st.st_mode) or i == len(parts) - 1:
+                    return Obstacle(where, os.readlink(name, dir_fd=current))
+                if i == len(parts) - 1:
                     return None
+                if not stat.S_ISDIR(st.st_mode):
+                    return Obstacle(where, None)
                 step = os.open(name, DIR_FLAGS, dir_fd=current)
             except OSError:
                 return None

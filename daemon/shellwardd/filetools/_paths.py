@@ -16,7 +16,7 @@ from pathlib import Path
 from shellwardd.errors import InvalidArgument, PermissionDenied, ShellwardError
 from shellwardd.watch.paths import COOKIE_DIR, GIT_DIR_NAME
 
-from ._beneath import closing_fd, find_symlink, open_root
+from ._beneath import Obstacle, closing_fd, find_obstacle, open_root
 
 _COOKIE_PARTS = tuple(COOKIE_DIR.split("/"))
 
@@ -57,14 +57,15 @@ def locate(workspace: Path, path: str) -> Location:
 def check_path(workspace: Path, path: str) -> str:
     """Refuse ``path`` now if it cannot work (for a refusal before a call starts).
 
-    Besides :func:`locate`'s refusals, a symlink on the way is named. The tool checks
+    Besides :func:`locate`'s refusals: a symlink on the way (named), a parent that is a
+    file. The tool checks
     again when it opens the path: this answer may be stale by then.
     """
     location = locate(workspace, path)
     with closing_fd(open_root(workspace)) as root:
-        link = find_symlink(root, location.parts)
-    if link is not None:
-        raise symlink_refusal(location, *link)
+        obstacle = find_obstacle(root, location.parts)
+    if obstacle is not None:
+        raise _obstacle_refusal(location, obstacle)
     return location.rel
 
 
@@ -103,6 +104,15 @@ def symlink_refusal(location: Location, link: str, target: str) -> PermissionDen
     )
 
 
+def _obstacle_refusal(location: Location, obstacle: Obstacle) -> ShellwardError:
+    if obstacle.target is not None:
+        return symlink_refusal(location, obstacle.path, obstacle.target)
+    return InvalidArgument(
+        f"{location.rel!r} cannot exist: one of its parent directories is a file"
+        f" ({obstacle.path!r}). Check the path with list_files."
+    )
+
+
 def refusal(root: int, location: Location, exc: OSError) -> ShellwardError | None:
     """What an OSError from opening ``location`` means for the model; None: not ours.
 
@@ -110,14 +120,10 @@ def refusal(root: int, location: Location, exc: OSError) -> ShellwardError | Non
     """
     rel = location.rel
     if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EXDEV):
-        link = find_symlink(root, location.parts)
-        if link is not None:
-            return symlink_refusal(location, *link)
-        if exc.errno == errno.ENOTDIR:
-            return InvalidArgument(
-                f"{rel!r} cannot exist: one of its parent directories is a file. Check the"
-                " path with list_files."
-            )
+        obstacle = find_obstacle(root, location.parts)
+        if obstacle is not None:
+            return _obstacle_refusal(location, obstacle)
+        # Nothing is in the way any more: a symlink was, and was swapped away again.
         return PermissionDenied(
             f"{rel!r} went through a symlink while shellward opened it (something is"
             " renaming files in the workspace right now): file tools follow no symlink."

@@ -38,7 +38,7 @@ from shellwardd.errors import (
 from shellwardd.watch.hashing import HASH_PREFIX, bytes_hash
 from shellwardd.watch.paths import COOKIE_DIR
 
-from ._beneath import DIR_FLAGS, closing_fd, find_symlink, make_dirs, open_beneath, open_root
+from ._beneath import DIR_FLAGS, closing_fd, make_dirs, open_beneath, open_root
 from ._patch import parse_patch
 from ._paths import Location, is_git, locate, refusal, symlink_refusal
 
@@ -283,15 +283,15 @@ def _open_dir(root: int, location: Location) -> int:
 
 
 def _is_file(root: int, location: Location) -> bool:
-    """Whether ``location`` names something other than a directory or symlink (a message's
-    choice only)."""
-    if find_symlink(root, location.parts) is not None:
-        return False
+    """Whether ``location`` names something other than a directory or symlink now (a
+    message's choice only)."""
     try:
-        os.close(open_beneath(root, location.parts, os.O_PATH))
+        handle = open_beneath(root, location.parts, os.O_PATH)
     except OSError:
         return False
-    return True
+    with closing_fd(handle):
+        mode = os.fstat(handle).st_mode
+    return not (stat.S_ISDIR(mode) or stat.S_ISLNK(mode))
 
 
 def _name(entry: FileEntry) -> str:
