@@ -329,6 +329,9 @@ def tool_result_to_wire(result: t.CommandResult) -> pb.ToolResult:
         file_effects=[effect_to_wire(e) for e in result.file_effects],
         idempotency_key=result.idempotency_key,
         output_json=result.output_json,
+        data_total_bytes=result.stdout.total_bytes,
+        data_truncated=result.stdout.truncated,
+        data_sha256=result.stdout.sha256,
     )
 
 
@@ -337,7 +340,13 @@ def tool_result_from_wire(message: pb.ToolResult) -> t.CommandResult:
         ok=message.ok,
         code=code_from_wire(message.code),
         content=message.content,
-        stdout=t.CapturedOutput(message.data, len(message.data)),
+        stdout=t.CapturedOutput(
+            message.data,
+            # A daemon older than these fields sent its whole answer.
+            message.data_total_bytes or len(message.data),
+            message.data_truncated,
+            message.data_sha256,
+        ),
         file_effects=tuple(effect_from_wire(e) for e in message.file_effects),
         output_json=message.output_json,
         idempotency_key=message.idempotency_key,

@@ -16,6 +16,7 @@ from typing import Any
 
 from shellward.types import Idempotency, ReplayPolicy, Verdict
 from shellwardd import filetools
+from shellwardd.config import Config
 from shellwardd.errors import InvalidArgument
 
 
@@ -38,7 +39,7 @@ class BuiltinTool:
     description: str
     writes: bool
     input_schema: Mapping[str, Any]
-    prepare: Callable[[Path, Mapping[str, Any]], Prepared]
+    prepare: Callable[[Path, Mapping[str, Any], Config], Prepared]
 
     @property
     def verdict(self) -> Verdict:
@@ -88,14 +89,21 @@ def _take(
     return values
 
 
-def _prepare_read(workspace: Path, arguments: Mapping[str, Any]) -> Prepared:
+def _prepare_read(workspace: Path, arguments: Mapping[str, Any], config: Config) -> Prepared:
     args = _take(arguments, "read_file", {"path": (str, True), "max_bytes": (int, False)})
-    filetools.resolve_path(workspace, args["path"])  # refuse a bad path before the start
+    ceiling = config.read_max_bytes
+    max_bytes = args.get("max_bytes") or min(1 << 20, ceiling)
+    if max_bytes > ceiling:
+        raise InvalidArgument(
+            f"max_bytes is {max_bytes}, more than the {ceiling} bytes read_file may read at"
+            " once on this daemon (its --read-max-bytes): ask for at most that. The answer"
+            " gives the whole file's size and hash either way; run_command (head -c, sed -n)"
+            " reads other parts of a larger file."
+        )
+    filetools.check_path(workspace, args["path"])  # refuse a bad path before the start
 
     def run() -> ToolAnswer:
-        read = filetools.read_file(
-            workspace, args["path"], max_bytes=args.get("max_bytes") or 1 << 20
-        )
+        read = filetools.read_file(workspace, args["path"], max_bytes=max_bytes)
         more = f" (first {len(read.content)} of {read.size} bytes)" if read.truncated else ""
         return ToolAnswer(
             summary=f"Read {read.path}{more}; its hash is {read.hash}: pass it as base_hash "
@@ -108,11 +116,11 @@ def _prepare_read(workspace: Path, arguments: Mapping[str, Any]) -> Prepared:
     return run
 
 
-def _prepare_list(workspace: Path, arguments: Mapping[str, Any]) -> Prepared:
+def _prepare_list(workspace: Path, arguments: Mapping[str, Any], config: Config) -> Prepared:
     spec = {"path": (str, False), "pattern": (str, False), "recursive": (bool, False),
             "limit": (int, False)}  # fmt: skip
     args = _take(arguments, "list_files", spec)
-    filetools.resolve_path(workspace, args.get("path") or ".")
+    filetools.check_path(workspace, args.get("path") or ".")
 
     def run() -> ToolAnswer:
         listing = filetools.list_files(
@@ -149,7 +157,7 @@ def _writer(workspace: Path, plan: filetools.FileWritePlan, verb: str) -> Prepar
     return run
 
 
-def _prepare_write(workspace: Path, arguments: Mapping[str, Any]) -> Prepared:
+def _prepare_write(workspace: Path, arguments: Mapping[str, Any], config: Config) -> Prepared:
     spec = {"path": (str, True), "content": (str, True), "base_hash": (str, False)}
     args = _take(arguments, "write_file", spec)
     plan = filetools.plan_write(
@@ -158,7 +166,7 @@ def _prepare_write(workspace: Path, arguments: Mapping[str, Any]) -> Prepared:
     return _writer(workspace, plan, "Wrote")
 
 
-def _prepare_patch(workspace: Path, arguments: Mapping[str, Any]) -> Prepared:
+def _prepare_patch(workspace: Path, arguments: Mapping[str, Any], config: Config) -> Prepared:
     spec = {"path": (str, True), "patch": (str, True), "base_hash": (str, False)}
     args = _take(arguments, "apply_patch", spec)
     plan = filetools.plan_patch(workspace, args["path"], args["patch"], args.get("base_hash"))

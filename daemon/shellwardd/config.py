@@ -44,6 +44,7 @@ class Config:
     default_timeout: float = 600.0
     max_timeout: float = 24 * 3600.0
     output_cap_bytes: int = 1 * MIB
+    read_max_bytes: int = 16 * MIB
     grace_period: float = 10.0
     limits: Limits = field(default_factory=Limits)
     user_rules: Path | None = None
@@ -124,6 +125,13 @@ _OPTIONS = (
         "--output-cap",
         "SHELLWARD_OUTPUT_CAP",
         "Bytes of stdout and of stderr kept per call; the rest is counted (default 1048576).",
+        kind=int,
+    ),
+    _Option(
+        "--read-max-bytes",
+        "SHELLWARD_READ_MAX_BYTES",
+        "Most bytes read_file may read in one call (its max_bytes); a request above it is "
+        "refused (default 16777216). What the ledger keeps is capped by --output-cap.",
         kind=int,
     ),
     _Option(
@@ -330,6 +338,7 @@ def _validate(values: dict[str, object]) -> Config:
         default_timeout=default_timeout,
         max_timeout=max_timeout,
         output_cap_bytes=int(_positive(values, "output_cap", float(MIB))),
+        read_max_bytes=int(_positive(values, "read_max_bytes", float(16 * MIB))),
         grace_period=_positive(values, "grace_period", 10.0),
         limits=Limits(
             cpu_seconds=_limit(values, "limit_cpu", defaults.cpu_seconds),

@@ -195,33 +195,61 @@ def conflict_content(call_id: str, previous: LedgerEntry, conflicts: tuple[str, 
     )
 
 
-def captured(data: bytes) -> CapturedOutput:
-    """A tool's whole answer as a call's output (tools' answers are not capped)."""
-    return CapturedOutput(data, len(data), False, bytes_hash(data))
+def captured(data: bytes, cap: int) -> CapturedOutput:
+    """A tool's answer as a call's output, capped like a command's (``--output-cap``):
+    the first ``cap`` bytes kept, the size and digest of the whole."""
+    return CapturedOutput(data[:cap], len(data), len(data) > cap, bytes_hash(data))
+
+
+def _capped_text(output: CapturedOutput) -> str:
+    """The kept start of a capped answer as text, saying what was cut."""
+    if not output.truncated:
+        return output.text
+    return (
+        f"{output.text}\n[shellward kept the first {len(output.data)} of {output.total_bytes}"
+        f" bytes of this answer (its --output-cap); {output.sha256}]"
+    )
+
+
+def _capped_json(value: Any, cap: int) -> str:
+    """``value`` as JSON, or, past ``cap`` bytes, what it was: its size and digest."""
+    text = json.dumps(value)
+    data = text.encode("utf-8")
+    if len(data) <= cap:
+        return text
+    return json.dumps({"truncated": True, "total_bytes": len(data), "sha256": bytes_hash(data)})
 
 
 def mcp_finished_entry(
-    entry: LedgerEntry, tool: RegisteredTool, outcome: ToolCallOutcome, key: str | None, now: float
+    entry: LedgerEntry,
+    tool: RegisteredTool,
+    outcome: ToolCallOutcome,
+    key: str | None,
+    now: float,
+    *,
+    cap: int,
 ) -> LedgerEntry:
     """The final entry of a business tool call, from what its server answered (or not)."""
     name = tool.name
-    answer = outcome.content.encode("utf-8")
+    # The answer is stored three ways (raw, as the sentence, as JSON): each is capped.
+    answer = captured(outcome.content.encode("utf-8"), cap)
+    text = _capped_text(answer)
     common: dict[str, Any] = {"finished_at": now}
     if outcome.kind in (OutcomeKind.OK, OutcomeKind.ERROR):  # the server answered
         structured = outcome.structured
-        common["stdout"] = captured(answer)
-        common["output_json"] = json.dumps(
-            structured if structured is not None else {"content": outcome.content}
+        common["stdout"] = answer
+        common["output_json"] = _capped_json(
+            structured if structured is not None else {"content": text}, cap
         )
     if outcome.kind is OutcomeKind.OK:
         return replace(
             entry, status=CallStatus.SUCCEEDED, code=Code.OK, **common,
-            content=outcome.content or f"{name} succeeded.",
+            content=text or f"{name} succeeded.",
         )  # fmt: skip
     if outcome.kind is OutcomeKind.ERROR:
         return replace(
             entry, status=CallStatus.FAILED, code=Code.COMMAND_FAILED, **common,
-            content=f"{name} answered with an error: {outcome.content or outcome.detail}. Fix the "
+            content=f"{name} answered with an error: {text or outcome.detail}. Fix the "
             "cause before calling it again.",
         )  # fmt: skip
     if outcome.kind is OutcomeKind.UNAVAILABLE:

@@ -470,7 +470,7 @@ class Runtime:
                 )
             timeout = self._timeout(request.timeout_seconds)
             workspace, cwd = self._resolve_cwd(request.cwd)
-            prepared = tool.prepare(workspace, request.arguments)
+            prepared = tool.prepare(workspace, request.arguments, self._config)
         except ShellwardError as exc:
             return self._fail_before_start(base, exc.code, exc.message)
         entry = replace(
@@ -552,7 +552,9 @@ class Runtime:
             outcome = registry.call(
                 tool.qualified_name, arguments, key=key, timeout=entry.timeout_seconds or None
             )
-            return mcp_finished_entry(started, tool, outcome, key, time.time())
+            return mcp_finished_entry(
+                started, tool, outcome, key, time.time(), cap=self._config.output_cap_bytes
+            )
 
         return self._started(entry, False, work, watch=False)
 
@@ -570,7 +572,7 @@ class Runtime:
                 status=CallStatus.SUCCEEDED,
                 code=Code.OK,
                 content=answer.summary,
-                stdout=captured(answer.data),
+                stdout=captured(answer.data, self._config.output_cap_bytes),
                 output_json=json.dumps(answer.output, ensure_ascii=False),
                 finished_at=time.time(),
             )
@@ -741,7 +743,7 @@ class Runtime:
             # that caused the conflict must not refuse it now.
             arguments.pop("base_hash", None)
         try:
-            prepared = tool.prepare(Path(entry.workspace), arguments)
+            prepared = tool.prepare(Path(entry.workspace), arguments, self._config)
         except ShellwardError as exc:
             self._fail_planned(entry, exc.code, exc.message)
             return

@@ -124,7 +124,8 @@ def test_a_draft_is_checked_with_its_workspace_trust_and_named(
     draft = _write(setup.cloned / "drafts" / "rules.toml", RM_AUTO)
     loosening = check("drafts/rules.toml")
     assert loosening.code == 1
-    assert loosening.out.startswith(f"{draft}:1: rule `rm` says idempotent/auto") and "not trusted" in loosening.out
+    assert loosening.out.startswith(f"{draft}:1: rule `rm` says idempotent/auto")
+    assert "not trusted" in loosening.out
     assert "shellward-rules-check" not in loosening.out  # the stand-in copy is never named
     stricter = _write(setup.cloned / "drafts" / "strict.toml", GOOD_RULES.replace(
         '"idempotent"', '"non_idempotent"').replace('"auto"', '"never"'))  # fmt: skip

@@ -1,7 +1,12 @@
-"""The built-in file tools on their own: real files in a temporary workspace, no daemon."""
+"""The built-in file tools on their own: real files in a temporary workspace, no daemon.
+
+Every test runs twice: with openat2(2) resolving paths, and with the O_NOFOLLOW walk that
+replaces it on kernels without openat2.
+"""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import stat
@@ -11,23 +16,43 @@ import pytest
 
 from shellwardd.errors import Conflict, InvalidArgument, NotFound, PermissionDenied
 from shellwardd.filetools import (
+    MAX_LIST_ENTRIES,
     TEMP_SUFFIX,
     EntryKind,
     FileWritePlan,
     WriteState,
+    _beneath,
     apply_write,
+    check_path,
     check_write,
     list_files,
     plan_patch,
     plan_write,
     read_file,
-    resolve_path,
 )
 from shellwardd.watch import content_hash
+from tests.daemon.hostile import watching_opens
 
 
 def sha(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+HAVE_OPENAT2 = _beneath.use_openat2
+
+
+@pytest.fixture(autouse=True, params=["openat2", "walk"])
+def resolver(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    if request.param == "openat2" and not HAVE_OPENAT2:
+        pytest.skip("this kernel has no openat2: only the walk can be tested")
+    if request.param == "walk":
+
+        def forbidden(*args: object) -> int:
+            raise AssertionError("openat2 called although the walk was forced")
+
+        monkeypatch.setattr(_beneath, "use_openat2", False)
+        monkeypatch.setattr(_beneath, "_openat2", forbidden)
+    return str(request.param)
 
 
 @pytest.fixture
@@ -38,105 +63,208 @@ def outside(tmp_path: Path) -> Path:
     return path
 
 
-# --- resolve_path ------------------------------------------------------------------------
+# --- check_path --------------------------------------------------------------------------
 
 
-def test_resolve_relative_and_absolute_inside(workspace: Path) -> None:
+def test_check_path_relative_and_absolute_inside(workspace: Path) -> None:
     (workspace / "src").mkdir()
     (workspace / "src" / "a.py").write_text("x = 1\n")
-    root = workspace.resolve()
-    assert resolve_path(workspace, "src/a.py") == root / "src" / "a.py"
-    assert resolve_path(workspace, "./src/../src/a.py") == root / "src" / "a.py"
-    assert resolve_path(workspace, str(workspace / "src" / "a.py")) == root / "src" / "a.py"
-    assert resolve_path(workspace, "new/dir/file.txt") == root / "new" / "dir" / "file.txt"
-    assert resolve_path(workspace, ".") == root
+    assert check_path(workspace, "src/a.py") == "src/a.py"
+    assert check_path(workspace, "./src/../src/a.py") == "src/a.py"
+    assert check_path(workspace, str(workspace / "src" / "a.py")) == "src/a.py"
+    assert check_path(workspace, "new/dir/file.txt") == "new/dir/file.txt"
+    assert check_path(workspace, ".") == "."
+    assert check_path(workspace, str(workspace)) == "."
 
 
-def test_resolve_follows_symlinks_that_stay_inside(workspace: Path) -> None:
-    (workspace / "real.txt").write_text("hi\n")
-    (workspace / "link.txt").symlink_to("real.txt")
-    (workspace / "d").mkdir()
-    (workspace / "dlink").symlink_to("d")
-    assert resolve_path(workspace, "link.txt") == workspace.resolve() / "real.txt"
-    assert resolve_path(workspace, "dlink/new.txt") == workspace.resolve() / "d" / "new.txt"
-
-
-def test_resolve_through_a_symlinked_workspace(tmp_path: Path, workspace: Path) -> None:
+def test_a_symlinked_workspace_root_is_the_operators_choice(
+    tmp_path: Path, workspace: Path
+) -> None:
     alias = tmp_path / "alias"
     alias.symlink_to(workspace)
     (workspace / "f").write_text("x")
-    assert resolve_path(alias, str(alias / "f")) == workspace.resolve() / "f"
-    assert resolve_path(alias, str(workspace / "f")) == workspace.resolve() / "f"
+    assert check_path(alias, str(alias / "f")) == "f"
+    assert check_path(alias, str(workspace / "f")) == "f"
+    assert read_file(alias, "f").content == b"x"
 
 
 @pytest.mark.parametrize("path", ["/etc/passwd", "../x", "a/../../x", ".."])
-def test_resolve_refuses_paths_outside(workspace: Path, path: str) -> None:
+def test_check_path_refuses_paths_outside(workspace: Path, path: str) -> None:
     with pytest.raises(PermissionDenied, match=r"out(side)? (of )?the workspace"):
-        resolve_path(workspace, path)
+        check_path(workspace, path)
 
 
-def test_resolve_refuses_absolute_path_in_a_sibling(workspace: Path, outside: Path) -> None:
+def test_check_path_refuses_absolute_path_in_a_sibling(workspace: Path, outside: Path) -> None:
     with pytest.raises(PermissionDenied, match="outside the workspace"):
-        resolve_path(workspace, str(outside / "secret"))
+        check_path(workspace, str(outside / "secret"))
 
 
-def test_resolve_refuses_symlink_to_a_file_outside(workspace: Path, outside: Path) -> None:
+def test_check_path_refuses_symlink_to_a_file_outside(workspace: Path, outside: Path) -> None:
     (workspace / "innocent.txt").symlink_to(outside / "secret")
-    with pytest.raises(PermissionDenied, match=r"symlink 'innocent.txt'.*outside") as err:
-        resolve_path(workspace, "innocent.txt")
+    with pytest.raises(PermissionDenied, match=r"symlink 'innocent.txt'.*follow no symlink") as err:
+        check_path(workspace, "innocent.txt")
     assert str(outside / "secret") in err.value.message
 
 
-def test_resolve_refuses_symlinked_directory_escaping(workspace: Path, outside: Path) -> None:
+def test_check_path_refuses_symlinked_directory_escaping(workspace: Path, outside: Path) -> None:
     (workspace / "sub").mkdir()
     (workspace / "sub" / "escape").symlink_to(outside)
     for path in ("sub/escape/secret", "sub/escape/new.txt", "sub/escape"):
         with pytest.raises(PermissionDenied, match="symlink 'sub/escape'"):
-            resolve_path(workspace, path)
+            check_path(workspace, path)
 
 
-def test_resolve_refuses_dangling_symlink_outside(workspace: Path, tmp_path: Path) -> None:
+def test_check_path_refuses_dangling_symlink_outside(workspace: Path, tmp_path: Path) -> None:
     # A write through it would create the file outside.
     (workspace / "dangling").symlink_to(tmp_path / "nowhere" / "file")
     with pytest.raises(PermissionDenied, match="symlink 'dangling'"):
-        resolve_path(workspace, "dangling")
+        check_path(workspace, "dangling")
+
+
+def test_symlinks_that_stay_inside_are_refused_too(workspace: Path) -> None:
+    # A link inside now can point outside a moment later: no tool follows any link.
+    (workspace / "real.txt").write_text("hi\n")
+    (workspace / "link.txt").symlink_to("real.txt")
+    (workspace / "d").mkdir()
+    (workspace / "dlink").symlink_to("d")
+    for path in ("link.txt", "dlink/new.txt"):
+        with pytest.raises(PermissionDenied, match="the path the link points to"):
+            check_path(workspace, path)
+    with pytest.raises(PermissionDenied, match=r"symlink 'link.txt' \(to 'real.txt'\)"):
+        read_file(workspace, "link.txt")
+    with pytest.raises(PermissionDenied, match="symlink 'dlink'"):
+        list_files(workspace, "dlink")
+    with pytest.raises(PermissionDenied, match=r"symlink 'link.txt'"):
+        plan_write(workspace, "link.txt", b"new", None)
+    with pytest.raises(PermissionDenied, match="symlink 'dlink'"):
+        apply_write(workspace, FileWritePlan("dlink/new.txt", "", sha(b"x"), b"x"))
+    assert not (workspace / "d" / "new.txt").exists()
+    assert (workspace / "real.txt").read_text() == "hi\n"
 
 
 @pytest.mark.parametrize(
     "path", [".git", ".git/config", "sub/.git/HEAD", "./a/../.git/hooks/pre-commit", ".GIT/x"]
 )
-def test_resolve_refuses_git_internals(workspace: Path, path: str) -> None:
+def test_check_path_refuses_git_internals(workspace: Path, path: str) -> None:
     (workspace / ".git").mkdir()
     (workspace / ".git" / "config").write_text("[core]\n")
     with pytest.raises(PermissionDenied, match=r"\.git directory.*git itself"):
-        resolve_path(workspace, path)
+        check_path(workspace, path)
 
 
-def test_resolve_refuses_symlink_into_git(workspace: Path) -> None:
-    (workspace / ".git").mkdir()
-    (workspace / ".git" / "config").write_text("[core]\n")
-    (workspace / "cfg").symlink_to(".git/config")
-    with pytest.raises(PermissionDenied, match=r"\.git directory"):
-        resolve_path(workspace, "cfg")
-
-
-def test_resolve_refuses_the_cookie_dir(workspace: Path) -> None:
+def test_check_path_refuses_the_cookie_dir(workspace: Path) -> None:
     with pytest.raises(PermissionDenied, match="bookkeeping"):
-        resolve_path(workspace, ".shellward/cookies/c1")
-    assert resolve_path(workspace, ".shellward/rules.toml").name == "rules.toml"
+        check_path(workspace, ".shellward/cookies/c1")
+    assert check_path(workspace, ".shellward/rules.toml") == ".shellward/rules.toml"
 
 
 @pytest.mark.parametrize("path", ["", "  ", "a\0b"])
-def test_resolve_rejects_empty_and_nul(workspace: Path, path: str) -> None:
+def test_check_path_rejects_empty_and_nul(workspace: Path, path: str) -> None:
     with pytest.raises(InvalidArgument):
-        resolve_path(workspace, path)
+        check_path(workspace, path)
 
 
-def test_resolve_rejects_a_symlink_loop(workspace: Path) -> None:
+def test_a_symlink_loop_is_refused_as_a_symlink(workspace: Path) -> None:
     (workspace / "a").symlink_to("b")
     (workspace / "b").symlink_to("a")
-    with pytest.raises(InvalidArgument, match="loop"):
-        resolve_path(workspace, "a")
+    with pytest.raises(PermissionDenied, match="symlink 'a'"):
+        read_file(workspace, "a")
+
+
+# --- the resolver ------------------------------------------------------------------------
+
+
+def test_open_beneath_opens_only_plain_paths(workspace: Path, outside: Path) -> None:
+    (workspace / "a" / "b").mkdir(parents=True)
+    (workspace / "a" / "b" / "f").write_bytes(b"deep")
+    (workspace / "a" / "up").symlink_to("..")
+    (workspace / "a" / "out").symlink_to(outside)
+    (workspace / "a" / "b" / "ln").symlink_to("f")
+    with _beneath.closing_fd(_beneath.open_root(workspace)) as root:
+        with _beneath.closing_fd(_beneath.open_beneath(root, ("a", "b", "f"), os.O_RDONLY)) as fd:
+            assert os.read(fd, 10) == b"deep"
+        for parts in (("a", "up", "a", "b", "f"), ("a", "out", "secret"), ("a", "b", "ln")):
+            with pytest.raises(OSError) as err:
+                _beneath.open_beneath(root, parts, os.O_RDONLY)
+            assert err.value.errno in (errno.ELOOP, errno.ENOTDIR)
+        found = _beneath.find_obstacle
+        assert found(root, ("a", "out", "secret")) == _beneath.Obstacle("a/out", str(outside))
+        assert found(root, ("a", "b", "f", "x")) == _beneath.Obstacle("a/b/f", None)
+        assert found(root, ("a", "b", "f")) is None
+        assert found(root, ("a", "missing", "f")) is None
+
+
+def test_make_dirs_creates_beneath_and_refuses_a_link(workspace: Path, outside: Path) -> None:
+    (workspace / "out").symlink_to(outside)
+    with _beneath.closing_fd(_beneath.open_root(workspace)) as root:
+        with _beneath.closing_fd(_beneath.make_dirs(root, ("x", "y"))) as fd:
+            assert os.path.samestat(os.fstat(fd), (workspace / "x" / "y").stat())
+        with pytest.raises(OSError):
+            _beneath.make_dirs(root, ("out", "new"))
+    assert not (outside / "new").exists()
+
+
+def test_a_kernel_without_openat2_gets_the_walk(monkeypatch: pytest.MonkeyPatch) -> None:
+    with monkeypatch.context() as elsewhere:  # a syscall number 437 that is not openat2
+        elsewhere.setattr(_beneath.platform, "machine", lambda: "mips")
+        assert _beneath._kernel_has_openat2() is False
+    for refused in (errno.ENOSYS, errno.EPERM):  # old kernel; seccomp profile
+
+        def unsupported(*args: object, err: int = refused) -> int:
+            raise OSError(err, os.strerror(err))
+
+        monkeypatch.setattr(_beneath, "_openat2", unsupported)
+        assert _beneath._kernel_has_openat2() is False
+
+    def cwd_gone(*args: object) -> int:
+        raise FileNotFoundError(errno.ENOENT, "gone")
+
+    monkeypatch.setattr(_beneath, "_openat2", cwd_gone)
+    assert _beneath._kernel_has_openat2() is True
+
+
+# --- hard links and special files --------------------------------------------------------
+
+
+def test_a_file_with_another_hard_link_is_neither_read_nor_written(
+    workspace: Path, outside: Path
+) -> None:
+    # A hostile command links a secret into the workspace (same filesystem).
+    os.link(outside / "secret", workspace / "innocent.txt")
+    with pytest.raises(PermissionDenied, match=r"'innocent.txt' has 2 hard links"):
+        read_file(workspace, "innocent.txt")
+    with pytest.raises(PermissionDenied, match="hard links"):
+        plan_write(workspace, "innocent.txt", b"x", None)
+    with pytest.raises(PermissionDenied, match="hard links"):
+        plan_patch(workspace, "innocent.txt", "@@ -1 +1 @@\n-top secret\n+x\n", None)
+    with pytest.raises(PermissionDenied, match="hard links"):
+        apply_write(workspace, FileWritePlan("innocent.txt", "", sha(b"x"), b"x"))
+    assert check_write(workspace, FileWritePlan("innocent.txt", "", sha(b"x"), b"x")) is (
+        WriteState.CONFLICT
+    )
+    assert (outside / "secret").read_text() == "top secret\n"
+    assert (workspace / "innocent.txt").read_text() == "top secret\n"
+
+
+def test_a_fifo_is_refused_by_every_tool_without_being_opened(workspace: Path) -> None:
+    os.mkfifo(workspace / "pipe")
+    # Not even opened non-blocking: a reader's open releases a writer blocked on the FIFO,
+    # and opening a device can act on it.
+    with watching_opens(workspace / "pipe") as opens:
+        with pytest.raises(InvalidArgument, match="not a regular file"):
+            read_file(workspace, "pipe")
+        with pytest.raises(InvalidArgument, match="not a regular file"):
+            plan_write(workspace, "pipe", b"x", None)
+        assert opens() == 0
+        os.close(os.open(workspace / "pipe", os.O_RDONLY | os.O_NONBLOCK))
+        assert opens() == 1  # the witness sees an open for I/O
+    # A plan made before a FIFO took the file's place is not applied over it either.
+    plan = plan_write(workspace, "later", b"x", None)
+    os.mkfifo(workspace / "later")
+    with pytest.raises(InvalidArgument, match="not a regular file"):
+        apply_write(workspace, plan)
+    assert stat.S_ISFIFO(os.lstat(workspace / "later").st_mode)
+    assert temp_files(workspace) == []
 
 
 # --- read_file ---------------------------------------------------------------------------
@@ -158,13 +286,6 @@ def test_read_file_truncates_but_hashes_the_whole_file(workspace: Path) -> None:
     assert (read.size, read.truncated, read.hash) == (len(data), True, sha(data))
     exact = read_file(workspace, "big.bin", max_bytes=len(data))
     assert (exact.content, exact.truncated) == (data, False)
-
-
-def test_read_file_through_a_symlink_names_the_real_file(workspace: Path) -> None:
-    (workspace / "real.txt").write_text("hi\n")
-    (workspace / "link.txt").symlink_to("real.txt")
-    read = read_file(workspace, "link.txt")
-    assert (read.path, read.content, read.hash) == ("real.txt", b"hi\n", sha(b"hi\n"))
 
 
 def test_read_file_errors(workspace: Path) -> None:
@@ -255,6 +376,8 @@ def test_list_files_errors(workspace: Path) -> None:
         list_files(workspace, ".git")
     with pytest.raises(InvalidArgument, match="limit"):
         list_files(workspace, limit=0)
+    with pytest.raises(InvalidArgument, match=f"1 to {MAX_LIST_ENTRIES} entries"):
+        list_files(workspace, limit=MAX_LIST_ENTRIES + 1)
 
 
 # --- plan_write --------------------------------------------------------------------------
@@ -453,6 +576,16 @@ def test_apply_write_keeps_the_mode_of_an_existing_file(workspace: Path) -> None
     assert script.read_bytes() == b"#!/bin/sh\necho new\n"
 
 
+def test_apply_write_keeps_no_set_uid_bit(workspace: Path) -> None:
+    # A sandboxed process marks its file set-uid; a root daemon's write must not make a
+    # set-uid-root program of it.
+    tool = workspace / "tool"
+    tool.write_bytes(b"old")
+    tool.chmod(0o6755)
+    apply_write(workspace, plan_write(workspace, "tool", b"new", None))
+    assert stat.S_IMODE(tool.stat().st_mode) == 0o755
+
+
 def test_apply_write_gives_a_new_file_the_umask_mode(workspace: Path) -> None:
     old = os.umask(0o027)
     try:
@@ -460,14 +593,6 @@ def test_apply_write_gives_a_new_file_the_umask_mode(workspace: Path) -> None:
     finally:
         os.umask(old)
     assert stat.S_IMODE((workspace / "new.txt").stat().st_mode) == 0o640
-
-
-def test_apply_write_writes_through_a_symlink_to_its_target(workspace: Path) -> None:
-    (workspace / "real.txt").write_bytes(b"old")
-    (workspace / "link.txt").symlink_to("real.txt")
-    apply_write(workspace, plan_write(workspace, "link.txt", b"new", None))
-    assert (workspace / "link.txt").is_symlink()
-    assert (workspace / "real.txt").read_bytes() == b"new"
 
 
 @pytest.mark.parametrize("failing", ["replace", "fsync"])
@@ -478,7 +603,7 @@ def test_apply_write_failure_leaves_the_original_and_no_temp_file(
     target.write_bytes(b"original\n")
     plan = plan_write(workspace, "f.txt", b"replacement\n", None)
 
-    def crash(*args: object) -> None:
+    def crash(*args: object, **kwargs: object) -> None:
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, failing, crash)

@@ -545,7 +545,7 @@ class CallToolRequest(_message.Message):
     def __init__(self, tool: _Optional[str] = ..., arguments: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., run_id: _Optional[str] = ..., step_id: _Optional[str] = ..., cwd: _Optional[str] = ..., timeout_seconds: _Optional[float] = ..., user: _Optional[str] = ...) -> None: ...
 
 class ToolResult(_message.Message):
-    __slots__ = ("ok", "code", "content", "metadata", "output", "data", "file_effects", "idempotency_key", "output_json")
+    __slots__ = ("ok", "code", "content", "metadata", "output", "data", "file_effects", "idempotency_key", "output_json", "data_total_bytes", "data_truncated", "data_sha256")
     OK_FIELD_NUMBER: _ClassVar[int]
     CODE_FIELD_NUMBER: _ClassVar[int]
     CONTENT_FIELD_NUMBER: _ClassVar[int]
@@ -555,6 +555,9 @@ class ToolResult(_message.Message):
     FILE_EFFECTS_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_JSON_FIELD_NUMBER: _ClassVar[int]
+    DATA_TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DATA_TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    DATA_SHA256_FIELD_NUMBER: _ClassVar[int]
     ok: bool
     code: str
     content: str
@@ -564,7 +567,10 @@ class ToolResult(_message.Message):
     file_effects: _containers.RepeatedCompositeFieldContainer[FileEffect]
     idempotency_key: str
     output_json: str
-    def __init__(self, ok: _Optional[bool] = ..., code: _Optional[str] = ..., content: _Optional[str] = ..., metadata: _Optional[_Union[ResultMetadata, _Mapping]] = ..., output: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., data: _Optional[bytes] = ..., file_effects: _Optional[_Iterable[_Union[FileEffect, _Mapping]]] = ..., idempotency_key: _Optional[str] = ..., output_json: _Optional[str] = ...) -> None: ...
+    data_total_bytes: int
+    data_truncated: bool
+    data_sha256: str
+    def __init__(self, ok: _Optional[bool] = ..., code: _Optional[str] = ..., content: _Optional[str] = ..., metadata: _Optional[_Union[ResultMetadata, _Mapping]] = ..., output: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., data: _Optional[bytes] = ..., file_effects: _Optional[_Iterable[_Union[FileEffect, _Mapping]]] = ..., idempotency_key: _Optional[str] = ..., output_json: _Optional[str] = ..., data_total_bytes: _Optional[int] = ..., data_truncated: _Optional[bool] = ..., data_sha256: _Optional[str] = ...) -> None: ...
 
 class ListToolsRequest(_message.Message):
     __slots__ = ()

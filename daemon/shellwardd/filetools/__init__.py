@@ -7,20 +7,26 @@ touching the workspace, and :func:`apply_write` carries it out atomically. On re
 :func:`check_write` tells from the file's hash now whether the plan already took effect,
 may be applied, or meets someone else's change.
 
-Every path goes through :func:`resolve_path`, which keeps the tools inside the workspace:
-no ``..`` or symlink escapes, nothing in a ``.git`` directory (git's config and hooks make
-it run code), nothing in the write detector's cookie directory.
+Every path is resolved from a descriptor of the workspace root, never by name from ``/``,
+and no symlink is followed, so however the workspace changes under a tool (a sandboxed process
+swapping a directory with a symlink), it never reads or writes outside. Also refused:
+``..`` out of the root, anything in a ``.git`` directory (git's config and hooks make it
+run code) or in the write detector's cookie directory, a file with more than one hard
+link, anything but a regular file. :func:`check_path` gives those refusals before a call
+starts; every tool meets them again when it opens the path.
 
 A ``base_hash`` makes an edit conditional on what the model last read: ``None`` means
 "whatever is there now", ``""`` means "the file must not exist yet", and a hash must equal
 the file's hash now, or the plan is refused with :class:`~shellwardd.errors.Conflict`.
 
-Modules: ``_paths`` decides where a path leads, ``_patch`` applies unified diffs to bytes,
+Modules: ``_beneath`` opens paths beneath a directory descriptor, ``_paths`` turns a
+path into names and refusals into sentences, ``_patch`` applies unified diffs to bytes,
 ``_tools`` holds the tools.
 """
 
-from ._paths import resolve_path
+from ._paths import check_path
 from ._tools import (
+    MAX_LIST_ENTRIES,
     MAX_PATCH_BYTES,
     TEMP_SUFFIX,
     EntryKind,
@@ -38,6 +44,7 @@ from ._tools import (
 )
 
 __all__ = [
+    "MAX_LIST_ENTRIES",
     "MAX_PATCH_BYTES",
     "TEMP_SUFFIX",
     "EntryKind",
@@ -47,10 +54,10 @@ __all__ = [
     "FileWritePlan",
     "WriteState",
     "apply_write",
+    "check_path",
     "check_write",
     "list_files",
     "plan_patch",
     "plan_write",
     "read_file",
-    "resolve_path",
 ]

@@ -1,4 +1,13 @@
-"""The file tools themselves: read, list, plan a write or a patch, apply, check."""
+"""The file tools themselves: read, list, plan a write or a patch, apply, check.
+
+Each call opens the workspace root once and reaches files only through descriptors (see
+:mod:`._beneath` for why): a file is checked through an ``O_PATH`` descriptor (which opens
+no FIFO or device) and read and hashed through that same inode reopened; a write creates
+its temporary file in, renames within, and fsyncs the directory descriptor it walked to.
+What a tool refuses on the way (a symlink, a file with more than one hard link, anything
+but a regular file) it refuses whenever it meets it, before a call starts and again when
+it runs.
+"""
 
 from __future__ import annotations
 
@@ -6,29 +15,42 @@ import contextlib
 import enum
 import errno
 import fnmatch
+import hashlib
 import itertools
 import os
 import re
 import secrets
+import shlex
 import stat
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
-from shellwardd.errors import Conflict, InvalidArgument, NotFound, PermissionDenied, Unavailable
-from shellwardd.watch.hashing import bytes_hash, content_hash
+from shellwardd.errors import (
+    Conflict,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    ShellwardError,
+    Unavailable,
+)
+from shellwardd.watch.hashing import HASH_PREFIX, bytes_hash
 from shellwardd.watch.paths import COOKIE_DIR
 
+from ._beneath import DIR_FLAGS, closing_fd, make_dirs, open_beneath, open_root
 from ._patch import parse_patch
-from ._paths import is_git, relative, resolve_path
+from ._paths import Location, is_git, locate, refusal, symlink_refusal
 
 # apply_write's temporary files: ".<name>.<random><suffix>" beside the target.
 TEMP_SUFFIX = ".shellward-tmp"
 # A patch is applied in memory; past this size a file is rewritten with write_file instead.
 MAX_PATCH_BYTES = 64 << 20
+# The most entries one listing returns: its JSON answer is kept whole in the ledger.
+MAX_LIST_ENTRIES = 10_000
 
 _HASH_RE = re.compile(r"sha256:[0-9a-f]{64}")
-_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_READ_CHUNK = 1 << 20
 _READ_ATTEMPTS = 3
 
 
@@ -81,9 +103,67 @@ class WriteState(enum.Enum):
     CONFLICT = "conflict"
 
 
-def _locate(workspace: Path, path: str) -> tuple[Path, str]:
-    target = resolve_path(workspace, path)
-    return target, relative(workspace, target)
+# --- opening -----------------------------------------------------------------------------
+
+
+def _refuse_unless_single_file(location: Location, st: os.stat_result) -> None:
+    rel = location.rel
+    if stat.S_ISDIR(st.st_mode):
+        raise InvalidArgument(
+            f"{rel!r} is a directory: file tools read and write files; use list_files to see"
+            " inside."
+        )
+    if not stat.S_ISREG(st.st_mode):
+        raise InvalidArgument(
+            f"{rel!r} is not a regular file (a device, socket or pipe): file tools only read"
+            " and write regular files."
+        )
+    if st.st_nlink > 1:
+        # The other name may be outside the workspace: a hard link to a secret reads it.
+        quoted = shlex.quote(rel)
+        raise PermissionDenied(
+            f"{rel!r} has {st.st_nlink} hard links: file tools do not read or write a file"
+            " that is also reachable under another name, which may be outside the workspace."
+            f" If the content is yours, give it a single name first with run_command"
+            f" (cp {quoted} {quoted}.copy && mv {quoted}.copy {quoted})."
+        )
+
+
+def _raise_for(root: int, location: Location, exc: OSError) -> NoReturn:
+    problem = refusal(root, location, exc)
+    if problem is None:
+        raise exc
+    raise problem from exc
+
+
+def _open_regular(root: int, location: Location) -> tuple[int, os.stat_result] | None:
+    """A descriptor of the single-link regular file at ``location``, and its fstat.
+
+    None if there is no such file; a symlink on the way, a directory, a FIFO or device,
+    or a file with more than one hard link is refused with a sentence for the model.
+    """
+    # O_PATH first: it opens nothing for I/O, so a FIFO cannot block the daemon and a
+    # device cannot act on being opened (a watchdog device starts its timer).
+    try:
+        handle = open_beneath(root, location.parts, os.O_PATH)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        _raise_for(root, location, exc)
+    with closing_fd(handle):
+        st = os.fstat(handle)
+        if stat.S_ISLNK(st.st_mode):  # O_PATH | O_NOFOLLOW opens a final symlink itself
+            _raise_for(root, location, OSError(errno.ELOOP, os.strerror(errno.ELOOP)))
+        _refuse_unless_single_file(location, st)
+        # The same inode, now for reading: through the daemon's own descriptor table, so
+        # nothing on the way can have changed.
+        try:
+            return os.open(f"/proc/self/fd/{handle}", os.O_RDONLY | os.O_CLOEXEC), st
+        except FileNotFoundError:
+            raise Unavailable(
+                "shellward cannot reopen files safely without /proc: mount /proc in the"
+                " daemon's environment and restart it."
+            ) from None
 
 
 # --- reading -----------------------------------------------------------------------------
@@ -97,81 +177,62 @@ class _Snapshot:
     truncated: bool
 
 
-def _read_up_to(fd: int, count: int) -> bytes:
-    chunks = []
-    while count > 0 and (chunk := os.read(fd, min(count, 1 << 20))):
-        chunks.append(chunk)
-        count -= len(chunk)
-    return b"".join(chunks)
-
-
-def _read(target: Path, rel: str, limit: int) -> _Snapshot | None:
-    """Up to ``limit`` bytes of ``target``, with the hash and size of that same version.
-
-    None when there is no file. The content is read here and hashed by ``content_hash``
-    (a second read), so the two are compared and the read repeated if the file changed in
-    between: a model must never get a base hash for content it has not seen.
-    """
-    for _ in range(_READ_ATTEMPTS):
-        try:
-            fd = os.open(target, _OPEN_FLAGS)  # O_NONBLOCK: a FIFO must not hang the daemon
-        except FileNotFoundError:
-            return None
-        except NotADirectoryError as exc:
-            raise InvalidArgument(
-                f"{rel!r} cannot exist: one of its parent directories is a file."
-            ) from exc
-        except PermissionError as exc:
-            raise PermissionDenied(
-                f"{rel!r} is not readable by shellward (file permissions): fix its permissions"
-                " or leave it alone."
-            ) from exc
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                continue  # replaced by a symlink since it was resolved
-            raise
-        try:
-            before = os.fstat(fd)
-            if stat.S_ISDIR(before.st_mode):
-                raise InvalidArgument(f"{rel!r} is a directory: use list_files to see inside.")
-            if not stat.S_ISREG(before.st_mode):
-                raise InvalidArgument(
-                    f"{rel!r} is not a regular file (a device, socket or pipe): file tools"
-                    " only read and write regular files."
-                )
-            content = _read_up_to(fd, limit + 1)
-        finally:
-            os.close(fd)
-        current = content_hash(target)
-        if len(content) <= limit:
-            if bytes_hash(content) == current:
-                return _Snapshot(content, current, len(content), truncated=False)
-            continue
-        # Too large to compare by content: the same inode, size and times vouch for it.
-        after = os.stat(target)
-        if _stamp(before) == _stamp(after):
-            return _Snapshot(content[:limit], current, after.st_size, truncated=True)
-    raise Unavailable(
-        f"{rel!r} kept changing while shellward read it: wait until whatever writes it has"
-        " finished, then read it again."
-    )
-
-
 def _stamp(st: os.stat_result) -> tuple[int, int, int, int]:
     return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+def _snapshot(fd: int, before: os.stat_result, limit: int) -> _Snapshot | None:
+    """The first ``limit`` bytes, and the hash and size of the whole file, in one pass
+    over one descriptor; None if the file changed while it was read."""
+    digest = hashlib.sha256()
+    kept = bytearray()
+    size = 0
+    while chunk := os.read(fd, _READ_CHUNK):
+        digest.update(chunk)
+        size += len(chunk)
+        if len(kept) < limit:
+            kept += chunk[: limit - len(kept)]
+    if size != before.st_size or _stamp(os.fstat(fd)) != _stamp(before):
+        return None
+    return _Snapshot(bytes(kept), HASH_PREFIX + digest.hexdigest(), size, size > limit)
+
+
+def _read(root: int, location: Location, limit: int) -> _Snapshot | None:
+    """Up to ``limit`` bytes of the file at ``location``, with the hash and size of that
+    same version; None when there is no file.
+
+    The hash is of the bytes read, so a model never gets a base hash for content it has
+    not seen; a file whose stat moved during the read is read again.
+    """
+    for _ in range(_READ_ATTEMPTS):
+        opened = _open_regular(root, location)
+        if opened is None:
+            return None
+        fd, before = opened
+        with closing_fd(fd):
+            snapshot = _snapshot(fd, before, limit)
+        if snapshot is not None:
+            return snapshot
+    raise Unavailable(
+        f"{location.rel!r} kept changing while shellward read it: wait until whatever writes"
+        " it has finished, then read it again."
+    )
 
 
 def read_file(workspace: Path, path: str, *, max_bytes: int = 1 << 20) -> FileRead:
     """The file at ``path``: its first ``max_bytes`` and the hash to base an edit on."""
     if max_bytes < 1:
         raise InvalidArgument(f"max_bytes is {max_bytes}: ask for at least one byte.")
-    target, rel = _locate(workspace, path)
-    snapshot = _read(target, rel, max_bytes)
+    location = locate(workspace, path)
+    with closing_fd(open_root(workspace)) as root:
+        snapshot = _read(root, location, max_bytes)
     if snapshot is None:
         raise NotFound(
-            f"There is no file {rel!r} in the workspace: check the path with list_files."
+            f"There is no file {location.rel!r} in the workspace: check the path with list_files."
         )
-    return FileRead(rel, snapshot.content, snapshot.hash, snapshot.size, snapshot.truncated)
+    return FileRead(
+        location.rel, snapshot.content, snapshot.hash, snapshot.size, snapshot.truncated
+    )
 
 
 def list_files(
@@ -187,73 +248,93 @@ def list_files(
     A recursive listing walks depth first and follows no symlink; it shows a ``.git``
     directory but not what is inside, and never shows shellward's cookie directory.
     """
-    if limit < 1:
-        raise InvalidArgument(f"limit is {limit}: ask for at least one entry.")
+    if not 1 <= limit <= MAX_LIST_ENTRIES:
+        raise InvalidArgument(
+            f"limit is {limit}: ask for 1 to {MAX_LIST_ENTRIES} entries, and narrow a larger"
+            " listing with path and pattern."
+        )
     if not pattern:
         raise InvalidArgument("The pattern is empty: use '*' to list every entry.")
-    target, rel = _locate(workspace, path)
+    location = locate(workspace, path)
+    with (
+        closing_fd(open_root(workspace)) as root,
+        closing_fd(_open_dir(root, location)) as fd,
+        # Closed, not left to the garbage collector: the walk holds directory descriptors.
+        contextlib.closing(_walk(fd, location.parts, recursive)) as walk,
+    ):
+        matches = (e for e in walk if fnmatch.fnmatchcase(_name(e), pattern))
+        entries = list(itertools.islice(matches, limit + 1))
+    return FileListing(location.rel, tuple(entries[:limit]), truncated=len(entries) > limit)
+
+
+def _open_dir(root: int, location: Location) -> int:
     try:
-        is_dir = target.is_dir()
+        return open_beneath(root, location.parts, DIR_FLAGS)
+    except FileNotFoundError:
+        raise NotFound(
+            f"There is no directory {location.rel!r} in the workspace: list its parent first."
+        ) from None
+    except OSError as exc:
+        if exc.errno == errno.ENOTDIR and _is_file(root, location):
+            raise InvalidArgument(
+                f"{location.rel!r} is a file, not a directory: use read_file for it."
+            ) from exc
+        _raise_for(root, location, exc)
+
+
+def _is_file(root: int, location: Location) -> bool:
+    """Whether ``location`` names something other than a directory or symlink now (a
+    message's choice only)."""
+    try:
+        handle = open_beneath(root, location.parts, os.O_PATH)
     except OSError:
-        is_dir = False
-    if not is_dir:
-        if target.exists():
-            raise InvalidArgument(f"{rel!r} is a file, not a directory: use read_file for it.")
-        raise NotFound(f"There is no directory {rel!r} in the workspace: list its parent first.")
-    root = workspace.resolve()
-    walk = _walk(target, root, recursive, top=True)
-    matches = (e for e in walk if fnmatch.fnmatchcase(_name(e), pattern))
-    entries = list(itertools.islice(matches, limit + 1))
-    return FileListing(rel, tuple(entries[:limit]), truncated=len(entries) > limit)
+        return False
+    with closing_fd(handle):
+        mode = os.fstat(handle).st_mode
+    return not (stat.S_ISDIR(mode) or stat.S_ISLNK(mode))
 
 
 def _name(entry: FileEntry) -> str:
     return entry.path.rsplit("/", 1)[-1]
 
 
-def _walk(directory: Path, root: Path, recursive: bool, *, top: bool) -> Iterator[FileEntry]:
-    try:
-        with os.scandir(directory) as it:
-            children = sorted(it, key=lambda c: c.name)
-    except OSError:
-        if top:
-            raise
-        return  # a subdirectory that vanished or cannot be read is left out of the walk
+def _walk(
+    directory: int, parts: tuple[str, ...], recursive: bool
+) -> Generator[FileEntry, None, None]:
+    with os.scandir(directory) as it:
+        children = sorted(it, key=lambda c: c.name)
     for child in children:
-        rel = Path(child.path).relative_to(root).as_posix()
+        rel = "/".join((*parts, child.name))
         if rel == COOKIE_DIR:
             continue
         try:
-            size = child.stat(follow_symlinks=False).st_size
+            st = child.stat(follow_symlinks=False)
         except FileNotFoundError:
             continue
-        if child.is_symlink():
-            yield FileEntry(rel, EntryKind.SYMLINK, size)
-        elif child.is_dir(follow_symlinks=False):
+        if stat.S_ISLNK(st.st_mode):
+            yield FileEntry(rel, EntryKind.SYMLINK, st.st_size)
+        elif stat.S_ISDIR(st.st_mode):
             yield FileEntry(rel, EntryKind.DIR, 0)
             if recursive and not is_git(child.name):
-                yield from _walk(Path(child.path), root, recursive, top=False)
-        elif child.is_file(follow_symlinks=False):
-            yield FileEntry(rel, EntryKind.FILE, size)
+                try:
+                    sub = open_beneath(directory, (child.name,), DIR_FLAGS)
+                except OSError:
+                    continue  # vanished, or replaced (by a symlink too) since: left out
+                with closing_fd(sub):
+                    yield from _walk(sub, (*parts, child.name), recursive)
+        elif stat.S_ISREG(st.st_mode):
+            yield FileEntry(rel, EntryKind.FILE, st.st_size)
 
 
 # --- planning writes ---------------------------------------------------------------------
 
 
-def _hash_now(target: Path) -> tuple[str, str]:
-    """The hash of ``target`` now ("" when absent) and, if a write could not replace it, why."""
-    try:
-        st = os.lstat(target)
-    except FileNotFoundError:
-        return "", ""
-    except NotADirectoryError:
-        return "", "cannot exist: one of its parent directories is a file"
-    if stat.S_ISDIR(st.st_mode):
-        return "", "is a directory"
-    if not stat.S_ISREG(st.st_mode):
-        return "", "is not a regular file"
-    current = content_hash(target)
-    return current, "" if current else "is not readable by shellward"
+def _hash_now(workspace: Path, location: Location) -> str:
+    """The hash of the file at ``location`` now ("" when absent); refuses what a write
+    may not replace."""
+    with closing_fd(open_root(workspace)) as root:
+        snapshot = _read(root, location, 0)
+    return snapshot.hash if snapshot else ""
 
 
 def _check_base(rel: str, base_hash: str | None, current: str) -> None:
@@ -279,14 +360,10 @@ def _check_base(rel: str, base_hash: str | None, current: str) -> None:
 
 def plan_write(workspace: Path, path: str, content: bytes, base_hash: str | None) -> FileWritePlan:
     """Plan replacing (or creating) ``path`` with ``content``; nothing is written."""
-    target, rel = _locate(workspace, path)
-    current, problem = _hash_now(target)
-    if problem:
-        raise InvalidArgument(
-            f"Cannot write {rel!r}: it {problem}. Choose another path, or clear the way first."
-        )
-    _check_base(rel, base_hash, current)
-    return FileWritePlan(rel, current, bytes_hash(content), content)
+    location = locate(workspace, path)
+    current = _hash_now(workspace, location)
+    _check_base(location.rel, base_hash, current)
+    return FileWritePlan(location.rel, current, bytes_hash(content), content)
 
 
 def plan_patch(workspace: Path, path: str, patch: str, base_hash: str | None) -> FileWritePlan:
@@ -294,9 +371,11 @@ def plan_patch(workspace: Path, path: str, patch: str, base_hash: str | None) ->
 
     Context and removed lines must match the file exactly (see :mod:`._patch`).
     """
-    target, rel = _locate(workspace, path)
+    location = locate(workspace, path)
+    rel = location.rel
     parsed = parse_patch(patch)
-    snapshot = _read(target, rel, MAX_PATCH_BYTES)
+    with closing_fd(open_root(workspace)) as root:
+        snapshot = _read(root, location, MAX_PATCH_BYTES)
     current = snapshot.hash if snapshot else ""
     _check_base(rel, base_hash, current)
     if snapshot is None:
@@ -322,60 +401,70 @@ def plan_patch(workspace: Path, path: str, patch: str, base_hash: str | None) ->
 # --- applying writes ---------------------------------------------------------------------
 
 
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _make_dirs(directory: Path) -> None:
-    missing = []
-    while not directory.is_dir():
-        missing.append(directory)
-        directory = directory.parent
-    for new in reversed(missing):
-        new.mkdir(exist_ok=True)
-        _fsync_dir(new.parent)  # the new entry must survive a crash like the file itself
-
-
 def apply_write(workspace: Path, plan: FileWritePlan) -> None:
     """Write ``plan.content`` to its path atomically: the old file or the new, never half.
 
-    The path is resolved again, so a plan read back from the ledger is held to the same
-    rules. A file that existed keeps its mode; a new one gets the usual 0o666 less umask.
+    The path is located again, so a plan read back from the ledger is held to the same
+    rules. A file that existed keeps its permission bits (never set-uid, set-gid or
+    sticky); a new one gets the usual 0o666 less umask.
     """
-    target, _ = _locate(workspace, plan.path)
-    parent = target.parent
-    _make_dirs(parent)
+    location = locate(workspace, plan.path)
+    if not location.parts:
+        raise InvalidArgument("The path is the workspace root, a directory: name a file in it.")
+    *directories, name = location.parts
+    with closing_fd(open_root(workspace)) as root:
+        try:
+            parent = make_dirs(root, directories)
+        except OSError as exc:
+            _raise_for(root, location, exc)
+    with closing_fd(parent):
+        mode = _mode_to_keep(parent, name, location)
+        _replace(parent, name, plan.content, mode)
+
+
+def _mode_to_keep(parent: int, name: str, location: Location) -> int | None:
+    """The mode of the file the write replaces (None: there is none), once it is known to
+    be one the tools may replace."""
     try:
-        mode: int | None = stat.S_IMODE(os.stat(target).st_mode)
+        st = os.stat(name, dir_fd=parent, follow_symlinks=False)
     except FileNotFoundError:
-        mode = None
-    temp = parent / f".{target.name[:200]}.{secrets.token_hex(4)}{TEMP_SUFFIX}"
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        raise symlink_refusal(location, location.rel, os.readlink(name, dir_fd=parent))
+    _refuse_unless_single_file(location, st)
+    # Permission bits only: a set-uid bit a sandboxed process put on its own file must not
+    # end up on the file the daemon (perhaps root) writes in its place.
+    return stat.S_IMODE(st.st_mode) & 0o777
+
+
+def _replace(parent: int, name: str, content: bytes, mode: int | None) -> None:
+    # The rename replaces whatever the name holds by then (a file, or a symlink swapped in
+    # since the stat): a rename never writes through a link, and never leaves ``parent``.
+    temp = f".{name[:200]}.{secrets.token_hex(4)}{TEMP_SUFFIX}"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(temp, flags, 0o666, dir_fd=parent)
     try:
         with os.fdopen(fd, "wb") as f:
             if mode is not None:
                 os.fchmod(f.fileno(), mode)
-            f.write(plan.content)
+            f.write(content)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(temp, target)
+        os.replace(temp, name, src_dir_fd=parent, dst_dir_fd=parent)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp)
+            os.unlink(temp, dir_fd=parent)
         raise
-    _fsync_dir(parent)
+    os.fsync(parent)
 
 
 def check_write(workspace: Path, plan: FileWritePlan) -> WriteState:
     """Whether ``plan`` already took effect, may be applied, or meets a file changed since."""
-    target, _ = _locate(workspace, plan.path)
-    current, problem = _hash_now(target)
-    if problem:
-        return WriteState.CONFLICT
+    location = locate(workspace, plan.path)
+    try:
+        current = _hash_now(workspace, location)
+    except ShellwardError:
+        return WriteState.CONFLICT  # a symlink, a directory... where the file should be
     if current == plan.after_hash:
         return WriteState.ALREADY_APPLIED
     if current == plan.before_hash:
