@@ -16,16 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from shellward.types import ArgumentKind, Idempotency, ReplayPolicy
-
-
-class RuleFileError(Exception):
-    """A rule file that cannot be used; ``str()`` is ``path:line: message``."""
-
-    def __init__(self, path: str, line: int, message: str) -> None:
-        super().__init__(f"{path}:{line}: {message}")
-        self.path = path
-        self.line = line
-        self.message = message
+from shellwardd.errors import RuleFileError
 
 
 class Role(enum.Enum):

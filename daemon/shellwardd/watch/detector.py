@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Literal
 
 from shellward.types import EffectKind, FileEffect
+from shellwardd.errors import WatchError
 
 from .effects import diff
 from .gate import CallGate
@@ -75,10 +76,6 @@ _NOTE_OVERFLOW = "inotify queue overflowed: effects come from a full stat scan o
 _NOTE_TIMEOUT = "watch barrier timed out: effects come from a full stat scan of the workspace"
 _NOTE_WATCH_LIMIT = "inotify watch limit reached: falling back to stat scans"
 _NOTE_OVERLAP = "ran at the same time as other calls: effects may include their writes"
-
-
-class WatchError(Exception):
-    """The write detector cannot answer for this workspace."""
 
 
 class IndexNotReady(WatchError, TimeoutError):
