@@ -16,7 +16,6 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import json
-import os
 import sqlite3
 import threading
 import time
@@ -40,6 +39,7 @@ from shellward.types import (
     Verdict,
 )
 from shellwardd.errors import LedgerBusy, LedgerError
+from shellwardd.statedir import private_file
 
 SCHEMA_VERSION = 1
 # How long a write waits for another process's lock before the call is answered UNAVAILABLE.
@@ -119,8 +119,7 @@ class Ledger:
         self._lock = threading.Lock()
         try:
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
-            os.chmod(path, 0o600)  # a file from an older daemon may have been 0644
+            private_file(path)
             self._db = sqlite3.connect(
                 path, timeout=BUSY_TIMEOUT_S, check_same_thread=False, isolation_level=None
             )

@@ -378,8 +378,7 @@ class Listeners:
 
 
 def _prepare_socket(path: Path) -> None:
-    """Create the socket's private directory; refuse to steal a live daemon's socket."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    """Refuse to steal a live daemon's socket (its directory was checked at start-up)."""
     if not path.exists():
         return
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
