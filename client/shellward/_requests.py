@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -60,8 +61,9 @@ def tool_request(
         step_id=step_id,
         timeout_seconds=timeout or 0.0,
         user=user,
+        # JSON text, not the Struct: a Struct turns integers into doubles.
+        arguments_json=json.dumps(dict(arguments or {}), ensure_ascii=False),
     )
-    request.arguments.update(dict(arguments or {}))
     return request
 
 

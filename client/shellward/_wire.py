@@ -16,6 +16,9 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from shellward import types as t
 from shellward.v1 import shellward_pb2 as pb
 
+# Trailing metadata of a failed unary RPC: the daemon's domain code (a ``Code`` value).
+CODE_METADATA_KEY = "shellward-code"
+
 # Enum tables: one place maps each domain enum to its wire enum and back.
 _IDEMPOTENCY: dict[t.Idempotency, Any] = {
     t.Idempotency.IDEMPOTENT: pb.IDEMPOTENCY_IDEMPOTENT,
@@ -469,3 +472,12 @@ def tool_info_from_wire(message: pb.ToolInfo) -> t.ToolInfo:
         changed=message.changed,
         input_schema_json=json.dumps(MessageToDict(message.input_schema)),
     )
+
+
+def code_from_metadata(metadata: Any) -> t.Code | None:
+    """The daemon's domain code in an RPC's trailing metadata, if it sent one."""
+    for key, value in metadata or ():
+        if key == CODE_METADATA_KEY:
+            text = value.decode() if isinstance(value, bytes) else value
+            return next((code for code in t.Code if code.value == text), None)
+    return None

@@ -527,7 +527,7 @@ class ApproveRequest(_message.Message):
     def __init__(self, call_id: _Optional[str] = ..., approve: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class CallToolRequest(_message.Message):
-    __slots__ = ("tool", "arguments", "run_id", "step_id", "cwd", "timeout_seconds", "user")
+    __slots__ = ("tool", "arguments", "run_id", "step_id", "cwd", "timeout_seconds", "user", "arguments_json")
     TOOL_FIELD_NUMBER: _ClassVar[int]
     ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
@@ -535,6 +535,7 @@ class CallToolRequest(_message.Message):
     CWD_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     USER_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_JSON_FIELD_NUMBER: _ClassVar[int]
     tool: str
     arguments: _struct_pb2.Struct
     run_id: str
@@ -542,7 +543,8 @@ class CallToolRequest(_message.Message):
     cwd: str
     timeout_seconds: float
     user: str
-    def __init__(self, tool: _Optional[str] = ..., arguments: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., run_id: _Optional[str] = ..., step_id: _Optional[str] = ..., cwd: _Optional[str] = ..., timeout_seconds: _Optional[float] = ..., user: _Optional[str] = ...) -> None: ...
+    arguments_json: str
+    def __init__(self, tool: _Optional[str] = ..., arguments: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., run_id: _Optional[str] = ..., step_id: _Optional[str] = ..., cwd: _Optional[str] = ..., timeout_seconds: _Optional[float] = ..., user: _Optional[str] = ..., arguments_json: _Optional[str] = ...) -> None: ...
 
 class ToolResult(_message.Message):
     __slots__ = ("ok", "code", "content", "metadata", "output", "data", "file_effects", "idempotency_key", "output_json")
