@@ -39,6 +39,8 @@ from shellward.types import (
     ReplayPolicy,
     Stream,
     ToolInfo,
+    ToolServerStatus,
+    Transition,
     Verdict,
     WorkspaceStatus,
 )
@@ -74,6 +76,8 @@ __all__ = [
     "Stream",
     "StreamEvent",
     "ToolInfo",
+    "ToolServerStatus",
+    "Transition",
     "Verdict",
     "WorkspaceStatus",
 ]

@@ -217,6 +217,10 @@ def entry_to_wire(entry: t.LedgerEntry, *, omit_output: bool = False) -> pb.Ledg
         input_json=entry.input_json,
         effects_recorded=entry.effects_recorded,
         output_json=entry.output_json,
+        transitions=[
+            pb.Transition(at=_timestamp(step.at), status=_STATUS[step.status], detail=step.detail)
+            for step in entry.transitions
+        ],
     )
 
 
@@ -379,6 +383,14 @@ def entry_from_wire(message: pb.LedgerEntry) -> t.LedgerEntry:
         input_json=message.input_json,
         effects_recorded=message.effects_recorded,
         output_json=message.output_json,
+        transitions=tuple(
+            t.Transition(
+                at=_seconds(step, "at") or 0.0,
+                status=call_status_from_wire(step.status),
+                detail=step.detail,
+            )
+            for step in message.transitions
+        ),
     )
 
 
@@ -405,6 +417,17 @@ def daemon_status_to_wire(status: t.DaemonStatus) -> pb.StatusResponse:
             )
             for w in status.workspace_status
         ],
+        tool_servers=[
+            pb.ToolServerStatus(
+                name=server.name,
+                running=server.running,
+                starts=server.starts,
+                failures=server.failures,
+                retry_in_seconds=server.retry_in_seconds,
+                last_error=server.last_error,
+            )
+            for server in status.tool_servers
+        ],
     )
 
 
@@ -430,6 +453,17 @@ def daemon_status_from_wire(message: pb.StatusResponse) -> t.DaemonStatus:
                 note=w.note,
             )
             for w in message.workspace_status
+        ),
+        tool_servers=tuple(
+            t.ToolServerStatus(
+                name=server.name,
+                running=server.running,
+                starts=server.starts,
+                failures=server.failures,
+                retry_in_seconds=server.retry_in_seconds,
+                last_error=server.last_error,
+            )
+            for server in message.tool_servers
         ),
     )
 

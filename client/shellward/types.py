@@ -219,6 +219,17 @@ class LedgerEntry:
     effects_recorded: bool = False
     # A tool call's structured answer, as JSON ("" for commands).
     output_json: str = ""
+    # The call's history, oldest first (only GetCall / `shellward show` fill it).
+    transitions: tuple[Transition, ...] = ()
+
+
+@dataclass(frozen=True)
+class Transition:
+    """One step of a call's history: the status it reached, when, and why."""
+
+    at: float
+    status: CallStatus
+    detail: str = ""
 
 
 @dataclass(frozen=True)
@@ -315,6 +326,19 @@ class DaemonStatus:
     rule_sources: tuple[str, ...] = ()
     tcp_address: str = ""
     workspace_status: tuple[WorkspaceStatus, ...] = ()
+    tool_servers: tuple[ToolServerStatus, ...] = ()
+
+
+@dataclass(frozen=True)
+class ToolServerStatus:
+    """A business tools' MCP server as the daemon sees it."""
+
+    name: str
+    running: bool
+    starts: int = 0
+    failures: int = 0
+    retry_in_seconds: float = 0.0
+    last_error: str = ""
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ from shellward.types import (
     Idempotency,
     LedgerEntry,
     ReplayPolicy,
+    Transition,
     Verdict,
 )
 from shellwardd.errors import LedgerBusy, LedgerError
@@ -104,13 +105,6 @@ _FINAL_COLUMNS = (
     "unexpected_writes", "effects_from_rescan", "effects_recorded", "note", "idempotency",
     "replay_policy", "output_json",
 )  # fmt: skip
-
-
-@dataclasses.dataclass(frozen=True)
-class Transition:
-    at: float
-    status: CallStatus
-    detail: str
 
 
 class Ledger:

@@ -27,6 +27,7 @@ from shellward.types import (
     LedgerEntry,
     RecoveryItem,
     ToolInfo,
+    ToolServerStatus,
     Verdict,
     WorkspaceStatus,
 )
@@ -120,6 +121,21 @@ class Runtime:
             )
         return tuple(statuses)
 
+    def tool_servers(self) -> tuple[ToolServerStatus, ...]:
+        if self._registry is None:
+            return ()
+        return tuple(
+            ToolServerStatus(
+                name=name,
+                running=status.running,
+                starts=status.starts,
+                failures=status.failures,
+                retry_in_seconds=status.retry_in,
+                last_error=status.last_error,
+            )
+            for name, status in sorted(self._registry.status().items())
+        )
+
     def classify(self, command: str, cwd: str = "") -> Verdict:
         requests.check_command(command)
         workspace, resolved_cwd = requests.resolve_cwd(self._config, cwd)
@@ -139,6 +155,11 @@ class Runtime:
                 raise NotFound(f"no call for step {step_id!r} of run {run_id!r} in the ledger")
             return entry
         raise InvalidArgument("give a call_id, or both run_id and step_id")
+
+    def show_call(self, call_id: str = "", run_id: str = "", step_id: str = "") -> LedgerEntry:
+        """A call with its history (the ledger's transitions), for GetCall."""
+        entry = self.get_call(call_id, run_id, step_id)
+        return replace(entry, transitions=tuple(self._ledger.transitions(entry.call_id)))
 
     def list_calls(self, run_id: str = "", limit: int = 50) -> list[LedgerEntry]:
         return self._ledger.list(run_id=run_id, limit=max(1, min(limit or 50, 1000)))

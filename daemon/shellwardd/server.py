@@ -171,7 +171,7 @@ class ShellwardServicer(pb_grpc.ShellwardServicer):
     def GetCall(self, request: pb.GetCallRequest, context: grpc.ServicerContext) -> pb.LedgerEntry:
         entry = _unary(
             context,
-            lambda: self._runtime.get_call(request.call_id, request.run_id, request.step_id),
+            lambda: self._runtime.show_call(request.call_id, request.run_id, request.step_id),
         )
         return _wire.entry_to_wire(entry)
 
@@ -200,6 +200,7 @@ class ShellwardServicer(pb_grpc.ShellwardServicer):
             rule_sources=self._rules.sources,
             tcp_address=info.config.tcp or "",
             workspace_status=self._runtime.workspace_status(),
+            tool_servers=self._runtime.tool_servers(),
         )
         return _wire.daemon_status_to_wire(status)
 

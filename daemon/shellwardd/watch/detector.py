@@ -251,18 +251,6 @@ class WorkspaceMonitor:
         with self._index_lock:
             self._flush_external(None)
 
-    def rescan(self) -> None:
-        """Compare the whole workspace with the index by stat, as after lost events."""
-        self._require_ready()
-        self._gate.acquire(exclusive=True)
-        try:
-            with self._lock:
-                self._synced_overflows = -1
-            with self._index_lock:
-                self._flush_external(None)
-        finally:
-            self._gate.release(exclusive=True)
-
     def snapshot(self) -> dict[str, IndexEntry]:
         """A copy of the index (for tests and diagnostics: it costs a pass over it)."""
         with self._index_lock:
