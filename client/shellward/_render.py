@@ -529,8 +529,8 @@ def _tool_server_line(server: ToolServerStatus) -> str:
     state = "running" if server.running else "not running"
     if server.failures:
         state += f", {server.failures} failure(s) in a row"
-    if server.retry_in_seconds:
-        state += f", next start in {format_duration(server.retry_in_seconds)}"
+    if server.retry_in:
+        state += f", next start in {format_duration(server.retry_in)}"
     if server.last_error:
         state += f"; last error: {server.last_error}"
     return f"{server.name} ({state}, started {server.starts} time(s))"

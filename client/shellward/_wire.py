@@ -7,6 +7,7 @@ else touches generated code.
 from __future__ import annotations
 
 import json
+from dataclasses import asdict, fields
 from typing import Any
 
 from google.protobuf.json_format import MessageToDict
@@ -417,17 +418,8 @@ def daemon_status_to_wire(status: t.DaemonStatus) -> pb.StatusResponse:
             )
             for w in status.workspace_status
         ],
-        tool_servers=[
-            pb.ToolServerStatus(
-                name=server.name,
-                running=server.running,
-                starts=server.starts,
-                failures=server.failures,
-                retry_in_seconds=server.retry_in_seconds,
-                last_error=server.last_error,
-            )
-            for server in status.tool_servers
-        ],
+        # Same field names on both sides.
+        tool_servers=[pb.ToolServerStatus(**asdict(server)) for server in status.tool_servers],
     )
 
 
@@ -456,12 +448,7 @@ def daemon_status_from_wire(message: pb.StatusResponse) -> t.DaemonStatus:
         ),
         tool_servers=tuple(
             t.ToolServerStatus(
-                name=server.name,
-                running=server.running,
-                starts=server.starts,
-                failures=server.failures,
-                retry_in_seconds=server.retry_in_seconds,
-                last_error=server.last_error,
+                **{f.name: getattr(server, f.name) for f in fields(t.ToolServerStatus)}
             )
             for server in message.tool_servers
         ),
@@ -506,6 +493,9 @@ def tool_info_from_wire(message: pb.ToolInfo) -> t.ToolInfo:
         changed=message.changed,
         input_schema_json=json.dumps(MessageToDict(message.input_schema)),
     )
+
+
+_TOOL_SERVER_FIELDS = tuple(f.name for f in fields(t.ToolServerStatus))
 
 
 def code_from_metadata(metadata: Any) -> t.Code | None:

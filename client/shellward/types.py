@@ -44,7 +44,7 @@ class ReplayPolicy(_Ordered):
 
 
 class CallStatus(enum.Enum):
-    """The ledger state machine (see DESIGN.md, Ledger)."""
+    """The ledger state machine (docs/architecture.md, Ledger)."""
 
     PLANNED = "planned"
     PENDING_APPROVAL = "pending_approval"
@@ -91,7 +91,7 @@ class Stream(enum.Enum):
 
 
 class Code(enum.Enum):
-    """The outcome codes a model sees (DESIGN.md, Errors the model sees)."""
+    """The outcome codes a model sees (docs/architecture.md)."""
 
     OK = "OK"
     COMMAND_FAILED = "COMMAND_FAILED"
@@ -337,7 +337,7 @@ class ToolServerStatus:
     running: bool
     starts: int = 0
     failures: int = 0
-    retry_in_seconds: float = 0.0
+    retry_in: float = 0.0  # seconds until the next start after a failure
     last_error: str = ""
 
 

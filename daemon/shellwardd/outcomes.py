@@ -150,6 +150,14 @@ def captured(data: bytes) -> CapturedOutput:
     return CapturedOutput(data, len(data), False, bytes_hash(data))
 
 
+def ask_approval(call_id: str, why: str) -> str:
+    """A first run that waits for a human: the kind's reason, then how to ask."""
+    return (
+        f"{why} Ask the user to approve call {call_id} (shellward approve {call_id}), then wait "
+        "for it with WaitCall."
+    )
+
+
 def not_started(entry: LedgerEntry, error: ShellwardError, now: float) -> LedgerEntry:
     """A recorded call that could not start: nothing ran."""
     return replace(

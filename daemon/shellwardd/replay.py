@@ -1,4 +1,4 @@
-"""What to do when a call comes again: the replay decision table (DESIGN.md).
+"""What to do when a call comes again: the replay decision table (docs/architecture.md).
 
 =============================  ===================  ==================  =======================
 ledger says                    idempotent + auto    conditional + ask   non_idempotent + never

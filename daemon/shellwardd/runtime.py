@@ -16,7 +16,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -125,14 +125,7 @@ class Runtime:
         if self._registry is None:
             return ()
         return tuple(
-            ToolServerStatus(
-                name=name,
-                running=status.running,
-                starts=status.starts,
-                failures=status.failures,
-                retry_in_seconds=status.retry_in,
-                last_error=status.last_error,
-            )
+            ToolServerStatus(name, **asdict(status))
             for name, status in sorted(self._registry.status().items())
         )
 

@@ -457,20 +457,20 @@ class StatusResponse(_message.Message):
     def __init__(self, version: _Optional[str] = ..., socket: _Optional[str] = ..., state_dir: _Optional[str] = ..., ledger_path: _Optional[str] = ..., sandbox_enabled: _Optional[bool] = ..., sandbox_detail: _Optional[str] = ..., workspaces: _Optional[_Iterable[str]] = ..., running_calls: _Optional[int] = ..., uptime_seconds: _Optional[float] = ..., workspace_status: _Optional[_Iterable[_Union[WorkspaceStatus, _Mapping]]] = ..., rule_sources: _Optional[_Iterable[str]] = ..., tcp_address: _Optional[str] = ..., tool_servers: _Optional[_Iterable[_Union[ToolServerStatus, _Mapping]]] = ...) -> None: ...
 
 class ToolServerStatus(_message.Message):
-    __slots__ = ("name", "running", "starts", "failures", "retry_in_seconds", "last_error")
+    __slots__ = ("name", "running", "starts", "failures", "retry_in", "last_error")
     NAME_FIELD_NUMBER: _ClassVar[int]
     RUNNING_FIELD_NUMBER: _ClassVar[int]
     STARTS_FIELD_NUMBER: _ClassVar[int]
     FAILURES_FIELD_NUMBER: _ClassVar[int]
-    RETRY_IN_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    RETRY_IN_FIELD_NUMBER: _ClassVar[int]
     LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
     name: str
     running: bool
     starts: int
     failures: int
-    retry_in_seconds: float
+    retry_in: float
     last_error: str
-    def __init__(self, name: _Optional[str] = ..., running: _Optional[bool] = ..., starts: _Optional[int] = ..., failures: _Optional[int] = ..., retry_in_seconds: _Optional[float] = ..., last_error: _Optional[str] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., running: _Optional[bool] = ..., starts: _Optional[int] = ..., failures: _Optional[int] = ..., retry_in: _Optional[float] = ..., last_error: _Optional[str] = ...) -> None: ...
 
 class WorkspaceStatus(_message.Message):
     __slots__ = ("root", "state", "files_done", "files_total", "note")

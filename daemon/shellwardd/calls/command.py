@@ -63,13 +63,12 @@ class CommandKind:
             timeout_seconds=timeout,
             input_json=requests.to_json(request),
         )
-        approval = ""
-        if verdict.needs_approval:
-            approval = (
-                f"This command needs a human's approval before its first run ({verdict.reason}). "
-                f"Nothing ran yet. Ask the user to approve call {entry.call_id} (shellward "
-                f"approve {entry.call_id}), then wait for it with WaitCall."
-            )
+        approval = (
+            f"This command needs a human's approval before its first run ({verdict.reason}). "
+            "Nothing ran yet."
+            if verdict.needs_approval
+            else ""
+        )
         return Plan(entry, verdict, self._execution(request, verdict.idempotency), approval)
 
     def resume(self, entry: LedgerEntry) -> Execution:

@@ -21,18 +21,12 @@ from shellwardd.errors import ShellwardError
 from shellwardd.outcomes import captured
 from shellwardd.requests import ToolRequest
 
-from .lifecycle import CallListener, Execution, Plan, planned_entry
+from .lifecycle import CallListener, Execution, Plan, ToolRequests, planned_entry
 
 
-class FileToolKind:
+class FileToolKind(ToolRequests):
     def __init__(self, config: Config) -> None:
         self._config = config
-
-    def parse(self, input_json: str) -> ToolRequest:
-        return requests.tool_from_json(input_json)
-
-    def input_hash(self, request: ToolRequest) -> str:
-        return requests.tool_input_hash(request)
 
     def planned(self, call_id: str, input_hash: str, request: ToolRequest) -> LedgerEntry:
         tool = BUILTIN_TOOLS[request.tool]

@@ -42,10 +42,11 @@ from shellward.types import (
     ReplayPolicy,
     Verdict,
 )
-from shellwardd import outcomes
+from shellwardd import outcomes, requests
 from shellwardd.errors import LedgerError, PermissionDenied, ShellwardError, Unavailable
 from shellwardd.ledger import Ledger
 from shellwardd.outcomes import reconcile, result_from_entry
+from shellwardd.requests import ToolRequest
 from shellwardd.watch import CallEffects, CallWatch, WorkspaceMonitor
 
 log = logging.getLogger("shellwardd.calls")
@@ -89,7 +90,8 @@ class Plan:
     entry: LedgerEntry  # where and how it runs (cwd, workspace, timeout, input_json, ...)
     verdict: Verdict
     execution: Execution
-    approval: str = ""  # non-empty: a human approves the first run; the model reads this
+    # Non-empty: why a human must approve the first run (the model reads it, then how to ask).
+    approval: str = ""
 
 
 class Kind(Protocol):
@@ -108,6 +110,16 @@ class Kind(Protocol):
 
     def resume(self, entry: LedgerEntry) -> Execution:
         """The work of a recorded (approved) call; ShellwardError if it cannot run now."""
+
+
+class ToolRequests:
+    """The request side the tool kinds share (a command has its own)."""
+
+    def parse(self, input_json: str) -> ToolRequest:
+        return requests.tool_from_json(input_json)
+
+    def input_hash(self, request: ToolRequest) -> str:
+        return requests.tool_input_hash(request)
 
 
 def planned_entry(
@@ -230,7 +242,7 @@ class Lifecycle:
             replay_policy=verdict.replay_policy,
         )  # fmt: skip
         if approval is None and plan.approval:
-            approval = (Code.NEEDS_APPROVAL, plan.approval)
+            approval = (Code.NEEDS_APPROVAL, outcomes.ask_approval(call_id, plan.approval))
         if approval is not None:
             code, content = approval
             entry = replace(entry, status=CallStatus.PENDING_APPROVAL, code=code, content=content)

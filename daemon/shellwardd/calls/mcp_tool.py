@@ -25,19 +25,13 @@ from shellwardd.requests import ToolRequest
 from shellwardd.tools.mcp_client import OutcomeKind, ToolCallOutcome
 from shellwardd.tools.registry import RegisteredTool, ToolRegistry, uncertain_content
 
-from .lifecycle import CallListener, Execution, Plan, planned_entry
+from .lifecycle import CallListener, Execution, Plan, ToolRequests, planned_entry
 
 
-class McpToolKind:
+class McpToolKind(ToolRequests):
     def __init__(self, config: Config, registry: ToolRegistry | None) -> None:
         self._config = config
         self._registry = registry
-
-    def parse(self, input_json: str) -> ToolRequest:
-        return requests.tool_from_json(input_json)
-
-    def input_hash(self, request: ToolRequest) -> str:
-        return requests.tool_input_hash(request)
 
     def planned(self, call_id: str, input_hash: str, request: ToolRequest) -> LedgerEntry:
         arguments = json.dumps(request.arguments, ensure_ascii=False, sort_keys=True)
@@ -71,13 +65,11 @@ class McpToolKind:
             timeout_seconds=timeout,
             input_json=requests.tool_to_json(request),
         )
-        approval = ""
-        if verdict.needs_approval:
-            approval = (
-                f"{tool.qualified_name} needs a human's approval before it runs; nothing was "
-                f"sent. Ask the user to approve call {entry.call_id} (shellward approve "
-                f"{entry.call_id}), then wait for it with WaitCall."
-            )
+        approval = (
+            f"{tool.qualified_name} needs a human's approval before it runs; nothing was sent."
+            if verdict.needs_approval
+            else ""
+        )
         return Plan(entry, verdict, _execution(registry, tool, request.arguments, key), approval)
 
     def resume(self, entry: LedgerEntry) -> Execution:
