@@ -119,11 +119,15 @@ class Ledger:
             )
         except (sqlite3.Error, OSError) as exc:
             raise LedgerError(f"cannot open the ledger at {path}: {exc}") from exc
-        with self._guard("open"):
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
-            self._db.executescript(_SCHEMA)
-            self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        try:
+            with self._guard("open"):
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=FULL")
+                self._db.executescript(_SCHEMA)
+                self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        except LedgerError:
+            self._db.close()
+            raise
         self._db.row_factory = sqlite3.Row
 
     def close(self) -> None:

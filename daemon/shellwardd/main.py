@@ -119,7 +119,10 @@ class Daemon:
         # 1. The state directory: private, and ours alone for as long as we run.
         statedir.prepare_state_dir(config.state_dir)
         resources.callback(statedir.StateDirLock(config.state_dir).close)
-        logs.configure(config.log_level, config.log_path)
+        try:
+            logs.configure(config.log_level, config.log_path)
+        except OSError as exc:
+            raise StateError(f"cannot write the log {config.log_path}: {exc.strerror}") from exc
 
         # 2. The sandbox must work (or be disabled out loud).
         self.sandbox = Sandbox(enabled=not config.no_sandbox)
