@@ -220,20 +220,31 @@ class Ledger:
                 (entry.call_id, entry.finished_at or time.time(), entry.status.value, detail),
             )
 
-    def transition(self, call_id: str, old: CallStatus, new: CallStatus, detail: str) -> None:
-        """Move a call from ``old`` to ``new`` (a non-final step, e.g. approval)."""
+    def transition(self, call_id: str, old: CallStatus, new: CallStatus, detail: str) -> bool:
+        """Move a call from ``old`` to ``new`` (a non-final step, e.g. approval); False when
+        it is no longer ``old`` (another answer came first) and nothing changed."""
         now = time.time()
         with self._transaction() as db:
             updated = db.execute(
                 "UPDATE calls SET status = ? WHERE call_id = ? AND status = ?",
                 (new.value, call_id, old.value),
             ).rowcount
-            if updated != 1:
-                raise LedgerError(f"call {call_id} is no longer {old.value}")
-            db.execute(
-                "INSERT INTO transitions (call_id, at, status, detail) VALUES (?, ?, ?, ?)",
-                (call_id, now, new.value, detail),
-            )
+            if updated == 1:
+                db.execute(
+                    "INSERT INTO transitions (call_id, at, status, detail) VALUES (?, ?, ?, ?)",
+                    (call_id, now, new.value, detail),
+                )
+        return updated == 1
+
+    def deny_pending(self, call_id: str, content: str, detail: str) -> bool:
+        """Deny a call still waiting for approval; False when it no longer waits (an
+        approval came first: a running call is never overwritten)."""
+        with self._transaction() as db:
+            denied = _close_all(
+                db, "call_id = ? AND status = ?", (call_id, CallStatus.PENDING_APPROVAL.value),
+                CallStatus.DENIED, Code.PERMISSION_DENIED, content, detail,
+            )  # fmt: skip
+        return bool(denied)
 
     def expire_pending(self, created_before: float, content: str) -> builtins.list[str]:
         """Deny every call still waiting for approval that was created before the cutoff."""

@@ -353,22 +353,20 @@ class Runtime:
             )
         why = f": {reason}" if reason else ""
         if not approve:
-            denied = replace(
-                entry,
-                status=CallStatus.DENIED,
-                code=Code.PERMISSION_DENIED,
-                content=f"A human denied this call{why}. Nothing ran. Do not retry it; ask the "
-                "user what to do instead.",
-                finished_at=time.time(),
+            content = (
+                f"A human denied this call{why}. Nothing ran. Do not retry it; ask the user "
+                "what to do instead."
             )
-            self._ledger.finish(denied, f"denied{why}")
+            if not self._ledger.deny_pending(call_id, content, f"denied{why}"):
+                raise _answered_already(call_id)
             self._tracker.notify()
-            return denied
+            return self.get_call(call_id)
         if not self._tracker.accepting:
             raise Unavailable("the daemon is shutting down; approve the call once it is back")
-        self._ledger.transition(
+        if not self._ledger.transition(
             call_id, CallStatus.PENDING_APPROVAL, CallStatus.APPROVED, f"approved{why}"
-        )
+        ):
+            raise _answered_already(call_id)
         approved = replace(entry, status=CallStatus.APPROVED)
         worker = threading.Thread(
             target=self._run_approved, args=(approved,), name=f"approved-{call_id}", daemon=True
@@ -416,3 +414,10 @@ class Runtime:
         for worker in workers:
             worker.join(timeout=5.0)
         return killed
+
+
+def _answered_already(call_id: str) -> InvalidArgument:
+    return InvalidArgument(
+        f"call {call_id} is no longer waiting for approval: another answer came first; see "
+        f"`shellward show {call_id}`"
+    )

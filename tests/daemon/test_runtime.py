@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
@@ -26,6 +26,7 @@ from shellward.types import (
 )
 from shellwardd.calls import Silent
 from shellwardd.config import Config, load_config
+from shellwardd.errors import InvalidArgument
 from shellwardd.ledger import Ledger
 from shellwardd.requests import CommandRequest
 from shellwardd.runtime import Runtime
@@ -110,12 +111,6 @@ def monitor(setup: Setup) -> Iterator[WorkspaceMonitor]:
     monitor.stop()
 
 
-def run(runtime: Runtime, command: str, step: str = "", timeout: float = 0.0) -> object:
-    request = CommandRequest(command, run_id="r" if step else "", step_id=step,
-                             timeout_seconds=timeout)  # fmt: skip
-    return runtime.run_command(request, Silent())
-
-
 def test_a_failed_start_record_releases_the_workspace(
     setup: Setup, monitor: WorkspaceMonitor
 ) -> None:
@@ -198,3 +193,44 @@ def test_a_busy_ledger_answers_unavailable_and_runs_nothing(
     assert "Nothing ran" in result.content and "shellward show" not in result.content
     assert setup.sandbox.ran == []
     assert runtime.run_command(CommandRequest("echo y"), Silent()).ok
+
+
+def test_work_that_raises_ends_uncertain_and_frees_the_workspace(
+    setup: Setup, monitor: WorkspaceMonitor
+) -> None:
+    class Exploding(FakeSandbox):
+        def run(self, spec: SandboxSpec, *args: object, **kwargs: object) -> ProcessOutcome:
+            self.ran.append(spec.command)
+            raise RuntimeError("a bug while the command ran")
+
+    setup.sandbox = Exploding()
+    runtime = setup.runtime(monitor)
+    result = runtime.run_command(CommandRequest("echo x", run_id="r", step_id="s"), Silent())
+    row = setup.ledger.get(result.call_id)
+    assert row is not None
+    assert result.status is row.status is CallStatus.UNCERTAIN
+    assert "may have partly or fully run" in row.content
+    setup.sandbox = FakeSandbox()
+    assert setup.runtime(monitor).run_command(CommandRequest("echo y", timeout_seconds=3),
+                                              Silent()).ok  # fmt: skip
+
+
+def test_a_late_denial_never_overwrites_a_call_that_ran(
+    setup: Setup, monitor: WorkspaceMonitor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def needs_approval(command: str, cwd: str | None, workspace: str | None) -> Verdict:
+        return replace(writes(command, cwd, workspace), needs_approval=True)
+
+    runtime = setup.runtime(monitor, needs_approval)
+    pending = runtime.run_command(CommandRequest("echo x"), Silent())
+    assert pending.code is Code.NEEDS_APPROVAL
+    stale = setup.ledger.get(pending.call_id)
+    runtime.approve(pending.call_id, True)
+    assert runtime.wait_call(pending.call_id, 30).ok
+    # A second human answered "deny" on what they saw before the approval landed.
+    monkeypatch.setattr(runtime, "get_call", lambda call_id: stale)
+    with pytest.raises(InvalidArgument, match="another answer came first"):
+        runtime.approve(pending.call_id, False)
+    row = setup.ledger.get(pending.call_id)
+    assert row is not None and row.status is CallStatus.SUCCEEDED
+    assert setup.sandbox.ran == ["echo x"]
