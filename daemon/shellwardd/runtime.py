@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -43,6 +43,7 @@ from shellwardd.calls import (
     Silent,
     Tracker,
 )
+from shellwardd.calls.command import Classify
 from shellwardd.config import Config
 from shellwardd.errors import InvalidArgument, LedgerError, NotFound, Unavailable
 from shellwardd.ledger import Ledger
@@ -64,8 +65,6 @@ from shellwardd.watch import WorkspaceMonitor, content_hash
 log = logging.getLogger("shellwardd.runtime")
 
 MAX_WAIT_SECONDS = 600.0
-
-Classify = Callable[[str, str | None, str | None], Verdict]
 
 
 class Runtime:
