@@ -14,9 +14,7 @@ from shellwardd.filetools import (
     TEMP_SUFFIX,
     EntryKind,
     FileWritePlan,
-    WriteState,
     apply_write,
-    check_write,
     list_files,
     plan_patch,
     plan_write,
@@ -487,7 +485,6 @@ def test_apply_write_failure_leaves_the_original_and_no_temp_file(
     monkeypatch.undo()
     assert target.read_bytes() == b"original\n"
     assert temp_files(workspace) == []
-    assert check_write(workspace, plan) is WriteState.APPLICABLE
 
 
 def test_apply_write_refuses_a_plan_whose_path_now_escapes(workspace: Path, outside: Path) -> None:
@@ -498,32 +495,6 @@ def test_apply_write_refuses_a_plan_whose_path_now_escapes(workspace: Path, outs
     assert not (outside / "f.txt").exists()
 
 
-# --- check_write -------------------------------------------------------------------------
-
-
-def test_check_write_three_states(workspace: Path) -> None:
-    target = workspace / "f.txt"
-    target.write_bytes(b"before\n")
-    plan = plan_write(workspace, "f.txt", b"after\n", sha(b"before\n"))
-    assert check_write(workspace, plan) is WriteState.APPLICABLE
-    apply_write(workspace, plan)
-    assert check_write(workspace, plan) is WriteState.ALREADY_APPLIED
-    target.write_bytes(b"someone else\n")
-    assert check_write(workspace, plan) is WriteState.CONFLICT
-
-
-def test_check_write_of_a_new_file(workspace: Path) -> None:
-    plan = plan_write(workspace, "new.txt", b"x", "")
-    assert check_write(workspace, plan) is WriteState.APPLICABLE
-    (workspace / "new.txt").mkdir()  # something else now stands where the file would go
-    assert check_write(workspace, plan) is WriteState.CONFLICT
-    (workspace / "new.txt").rmdir()
-    apply_write(workspace, plan)
-    assert check_write(workspace, plan) is WriteState.ALREADY_APPLIED
-    (workspace / "new.txt").unlink()
-    assert check_write(workspace, plan) is WriteState.APPLICABLE
-
-
 def test_a_patch_round_trip_from_read_to_replay(workspace: Path) -> None:
     (workspace / "app.py").write_bytes(b"def f():\n    return 1\n")
     read = read_file(workspace, "app.py")
@@ -531,6 +502,6 @@ def test_a_patch_round_trip_from_read_to_replay(workspace: Path) -> None:
     plan = plan_patch(workspace, "app.py", patch, read.hash)
     apply_write(workspace, plan)
     assert read_file(workspace, "app.py").content == b"def f():\n    return 2\n"
-    assert check_write(workspace, plan) is WriteState.ALREADY_APPLIED
+    assert read_file(workspace, "app.py").hash == plan.after_hash
     with pytest.raises(Conflict):  # the same patch again, on the old base hash
         plan_patch(workspace, "app.py", patch, read.hash)

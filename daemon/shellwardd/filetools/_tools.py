@@ -73,14 +73,6 @@ class FileWritePlan:
     content: bytes = field(repr=False)
 
 
-class WriteState(enum.Enum):
-    """Where a planned write stands against the workspace now (for replay)."""
-
-    ALREADY_APPLIED = "already_applied"
-    APPLICABLE = "applicable"
-    CONFLICT = "conflict"
-
-
 def _locate(workspace: Path, path: str) -> tuple[Path, str]:
     target = resolve_path(workspace, path)
     return target, relative(workspace, target)
@@ -368,16 +360,3 @@ def apply_write(workspace: Path, plan: FileWritePlan) -> None:
             os.unlink(temp)
         raise
     _fsync_dir(parent)
-
-
-def check_write(workspace: Path, plan: FileWritePlan) -> WriteState:
-    """Whether ``plan`` already took effect, may be applied, or meets a file changed since."""
-    target, _ = _locate(workspace, plan.path)
-    current, problem = _hash_now(target)
-    if problem:
-        return WriteState.CONFLICT
-    if current == plan.after_hash:
-        return WriteState.ALREADY_APPLIED
-    if current == plan.before_hash:
-        return WriteState.APPLICABLE
-    return WriteState.CONFLICT
