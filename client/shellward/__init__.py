@@ -41,6 +41,8 @@ from shellward.types import (
     RuleLayer,
     Stream,
     ToolInfo,
+    ToolServerStatus,
+    Transition,
     Verdict,
     WorkspaceStatus,
 )
@@ -78,6 +80,8 @@ __all__ = [
     "Stream",
     "StreamEvent",
     "ToolInfo",
+    "ToolServerStatus",
+    "Transition",
     "Verdict",
     "WorkspaceStatus",
 ]

@@ -10,8 +10,10 @@
     │                          again with get_call)
     └── ProtocolError          anything else the daemon answered
 
-RunCommand's outcomes (a failing command, a timeout, a refused replay) are not exceptions:
-they are a ``CommandResult`` with ``ok=False`` and a ``code``.
+Every exception the daemon raised carries its domain ``code`` (``shellward.Code``, e.g.
+``UNAVAILABLE`` for a busy ledger; ``None`` when the daemon never answered). RunCommand's
+outcomes (a failing command, a timeout, a refused replay) are not exceptions: they are a
+``CommandResult`` with ``ok=False`` and a ``code``.
 """
 
 from __future__ import annotations
@@ -19,12 +21,16 @@ from __future__ import annotations
 import grpc
 import grpc.aio
 
+from shellward._wire import code_from_metadata
+from shellward.types import Code
+
 
 class ShellwardError(Exception):
-    def __init__(self, message: str, *, status: str = "") -> None:
+    def __init__(self, message: str, *, status: str = "", code: Code | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.status = status
+        self.code = code
 
 
 class DaemonUnavailable(ShellwardError):
@@ -71,8 +77,9 @@ def translate(exc: grpc.RpcError, target: str) -> ShellwardError:
     answered = isinstance(exc, grpc.Call | grpc.aio.AioRpcError)
     code = exc.code() if answered else grpc.StatusCode.UNKNOWN
     details = (exc.details() if answered else "") or str(exc)
+    domain = code_from_metadata(exc.trailing_metadata()) if answered else None
     kind = _BY_STATUS.get(code, ProtocolError)
-    if kind is DaemonUnavailable:
+    if kind is DaemonUnavailable and domain is None:  # no daemon answered: say how to start one
         details = (
             f"no shellward daemon answers at {target} ({details}). Start one with "
             "`make serve` or `shellwardd`, or point --socket / SHELLWARD_SOCKET at it."
@@ -82,4 +89,4 @@ def translate(exc: grpc.RpcError, target: str) -> ShellwardError:
             f"the daemon did not answer in time ({details}). A command may still be running: "
             "find it with `shellward ledger` or get_call(run_id=..., step_id=...)."
         )
-    return kind(details, status=code.name)
+    return kind(details, status=code.name, code=domain)

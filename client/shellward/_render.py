@@ -29,6 +29,7 @@ from shellward.types import (
     RecoveryItem,
     ReplayPolicy,
     ToolInfo,
+    ToolServerStatus,
     Verdict,
     WorkspaceStatus,
 )
@@ -348,8 +349,18 @@ def entry_details(entry: LedgerEntry, style: Style) -> str:
         _section("file effects", _effects_text(entry.file_effects, style), style),
         _section("stdout", _output_text(entry.stdout, style), style),
         _section("stderr", _output_text(entry.stderr, style), style),
+        _section("history", _history_text(entry, style), style),
     ]
     return "\n\n".join(sections)
+
+
+def _history_text(entry: LedgerEntry, style: Style) -> str:
+    """The call's transitions, one a line: when, the status reached, why."""
+    return "\n".join(
+        f"{format_time(step.at)}  {status_label(step.status, style)}"
+        + (f"  {step.detail}" if step.detail else "")
+        for step in entry.transitions
+    )
 
 
 def _entry_fields(entry: LedgerEntry, style: Style) -> list[tuple[str, str]]:
@@ -510,7 +521,19 @@ def status_text(status: DaemonStatus, style: Style) -> str:
     ]
     pairs.extend(("workspace", line) for line in _workspace_lines(status))
     pairs.extend(("rules", source) for source in status.rule_sources or ("-",))
+    pairs.extend(("tool server", _tool_server_line(server)) for server in status.tool_servers)
     return fields(pairs, style)
+
+
+def _tool_server_line(server: ToolServerStatus) -> str:
+    state = "running" if server.running else "not running"
+    if server.failures:
+        state += f", {server.failures} failure(s) in a row"
+    if server.retry_in:
+        state += f", next start in {format_duration(server.retry_in)}"
+    if server.last_error:
+        state += f"; last error: {server.last_error}"
+    return f"{server.name} ({state}, started {server.starts} time(s))"
 
 
 def _workspace_lines(status: DaemonStatus) -> list[str]:

@@ -15,6 +15,7 @@ Choices, and why:
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -174,8 +175,9 @@ def call_tool(
         step_id=step_id,
         timeout_seconds=timeout or 0.0,
         user=user,
+        # JSON text, not the Struct: a Struct turns integers into doubles.
+        arguments_json=json.dumps(dict(arguments or {}), ensure_ascii=False),
     )
-    request.arguments.update(dict(arguments or {}))
     return Rpc("CallTool", request, _wire.tool_result_from_wire, rpc_timeout)
 
 

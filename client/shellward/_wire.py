@@ -7,6 +7,7 @@ else touches generated code.
 from __future__ import annotations
 
 import json
+from dataclasses import asdict, fields
 from typing import Any
 
 from google.protobuf.json_format import MessageToDict
@@ -16,6 +17,9 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from shellward import types as t
 from shellward._exceptions import ProtocolError
 from shellward.v1 import shellward_pb2 as pb
+
+# Trailing metadata of a failed unary RPC: the daemon's domain code (a ``Code`` value).
+CODE_METADATA_KEY = "shellward-code"
 
 # Enum tables: one place maps each domain enum to its wire enum and back.
 _IDEMPOTENCY: dict[t.Idempotency, Any] = {
@@ -215,6 +219,10 @@ def entry_to_wire(entry: t.LedgerEntry, *, omit_output: bool = False) -> pb.Ledg
         input_json=entry.input_json,
         effects_recorded=entry.effects_recorded,
         output_json=entry.output_json,
+        transitions=[
+            pb.Transition(at=_timestamp(step.at), status=_STATUS[step.status], detail=step.detail)
+            for step in entry.transitions
+        ],
     )
 
 
@@ -386,6 +394,14 @@ def entry_from_wire(message: pb.LedgerEntry) -> t.LedgerEntry:
         input_json=message.input_json,
         effects_recorded=message.effects_recorded,
         output_json=message.output_json,
+        transitions=tuple(
+            t.Transition(
+                at=_seconds(step, "at") or 0.0,
+                status=call_status_from_wire(step.status),
+                detail=step.detail,
+            )
+            for step in message.transitions
+        ),
     )
 
 
@@ -412,6 +428,8 @@ def daemon_status_to_wire(status: t.DaemonStatus) -> pb.StatusResponse:
             )
             for w in status.workspace_status
         ],
+        # Same field names on both sides.
+        tool_servers=[pb.ToolServerStatus(**asdict(server)) for server in status.tool_servers],
     )
 
 
@@ -437,6 +455,12 @@ def daemon_status_from_wire(message: pb.StatusResponse) -> t.DaemonStatus:
                 note=w.note,
             )
             for w in message.workspace_status
+        ),
+        tool_servers=tuple(
+            t.ToolServerStatus(
+                **{f.name: getattr(server, f.name) for f in fields(t.ToolServerStatus)}
+            )
+            for server in message.tool_servers
         ),
     )
 
@@ -495,3 +519,15 @@ def rule_check_from_wire(message: pb.RuleFileCheck) -> t.RuleFileCheck:
             "does not know; upgrade shellward"
         ) from None
     return t.RuleFileCheck(message.path, layer, tuple(message.problems))
+
+
+_TOOL_SERVER_FIELDS = tuple(f.name for f in fields(t.ToolServerStatus))
+
+
+def code_from_metadata(metadata: Any) -> t.Code | None:
+    """The daemon's domain code in an RPC's trailing metadata, if it sent one."""
+    for key, value in metadata or ():
+        if key == CODE_METADATA_KEY:
+            text = value.decode() if isinstance(value, bytes) else value
+            return next((code for code in t.Code if code.value == text), None)
+    return None

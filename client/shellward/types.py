@@ -44,7 +44,7 @@ class ReplayPolicy(_Ordered):
 
 
 class CallStatus(enum.Enum):
-    """The ledger state machine (see DESIGN.md, Ledger)."""
+    """The ledger state machine (docs/architecture.md, Ledger)."""
 
     PLANNED = "planned"
     PENDING_APPROVAL = "pending_approval"
@@ -91,7 +91,7 @@ class Stream(enum.Enum):
 
 
 class Code(enum.Enum):
-    """The outcome codes a model sees (DESIGN.md, Errors the model sees)."""
+    """The outcome codes a model sees (docs/architecture.md)."""
 
     OK = "OK"
     COMMAND_FAILED = "COMMAND_FAILED"
@@ -219,6 +219,17 @@ class LedgerEntry:
     effects_recorded: bool = False
     # A tool call's structured answer, as JSON ("" for commands).
     output_json: str = ""
+    # The call's history, oldest first (only GetCall / `shellward show` fill it).
+    transitions: tuple[Transition, ...] = ()
+
+
+@dataclass(frozen=True)
+class Transition:
+    """One step of a call's history: the status it reached, when, and why."""
+
+    at: float
+    status: CallStatus
+    detail: str = ""
 
 
 @dataclass(frozen=True)
@@ -315,6 +326,19 @@ class DaemonStatus:
     rule_sources: tuple[str, ...] = ()
     tcp_address: str = ""
     workspace_status: tuple[WorkspaceStatus, ...] = ()
+    tool_servers: tuple[ToolServerStatus, ...] = ()
+
+
+@dataclass(frozen=True)
+class ToolServerStatus:
+    """A business tools' MCP server as the daemon sees it."""
+
+    name: str
+    running: bool
+    starts: int = 0
+    failures: int = 0
+    retry_in: float = 0.0  # seconds until the next start after a failure
+    last_error: str = ""
 
 
 @dataclass(frozen=True)

@@ -78,7 +78,7 @@ def _take(
             continue
         value = arguments[name]
         if kind is int and isinstance(value, float) and value.is_integer():
-            value = int(value)  # JSON numbers arrive as floats through protobuf's Struct
+            value = int(value)  # an older client's Struct sends every number as a float
         if value is not None and (
             not isinstance(value, kind) or isinstance(value, bool) != (kind is bool)
         ):

@@ -7,9 +7,17 @@
     ├── Conflict               a file is not at the hash the caller based its edit on
     ├── SandboxUnavailable     bwrap missing or unusable
     ├── Unavailable            busy right now (shutting down, still indexing): retry
-    └── ConfigError            bad flags or environment at start-up
+    │   └── LedgerBusy         another process held the ledger past the busy timeout
+    ├── WatchError             the write detector cannot answer for a workspace
+    ├── StateError             the state directory or the ledger cannot be used
+    │   └── LedgerError        a ledger read or write failed (disk full, I/O error, ...)
+    └── ConfigError            bad flags, environment or files at start-up
+        ├── RuleFileError      a rule file that cannot be used (file:line: problem)
+        └── ToolConfigError    a tools configuration that cannot be used (tools/config.py)
 
-``shellwardd.server`` maps codes to gRPC status codes in one table.
+Every mechanism raises from this tree (the write detector's ``IndexNotReady`` is a
+``WatchError``), so the edge translates once: ``shellwardd.server`` maps codes to gRPC
+status codes in one table and sends the code itself as trailing metadata.
 """
 
 from __future__ import annotations
@@ -51,5 +59,34 @@ class Unavailable(ShellwardError):
     retryable = True
 
 
+class WatchError(ShellwardError):
+    code = Code.UNAVAILABLE
+
+
+class StateError(ShellwardError):
+    code = Code.INTERNAL
+
+
+class LedgerError(StateError):
+    pass
+
+
+class LedgerBusy(LedgerError, Unavailable):
+    code = Code.UNAVAILABLE
+    retryable = True
+
+
 class ConfigError(ShellwardError):
     code = Code.INVALID_ARGUMENT
+
+
+class RuleFileError(ConfigError):
+    """``str()`` is ``path:line: message``; ``message`` is the problem alone."""
+
+    def __init__(self, path: str, line: int, message: str) -> None:
+        super().__init__(message)
+        self.path = path
+        self.line = line
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.message}"

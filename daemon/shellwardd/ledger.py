@@ -1,9 +1,14 @@
 """The durable ledger: one SQLite database, WAL, ``synchronous=FULL``.
 
 Every state change is its own committed transaction, so ``planned`` and ``started`` are on
-disk before the process is spawned (DESIGN.md, Ledger). Each change is also appended to
-``transitions``, the call's history. One connection, guarded by a lock: the daemon's
-writes are few and small, and a single writer keeps ordering simple.
+disk before the process is spawned (docs/architecture.md, The ledger). Each change is also
+appended to ``transitions``, the call's history. One connection, guarded by a lock: the
+daemon's writes are few and small, and a single writer keeps ordering simple.
+
+Every SQLite failure leaves here as a :class:`LedgerError` naming the file; a write that
+waited :data:`BUSY_TIMEOUT_S` for another process's lock is a :class:`LedgerBusy` (the
+caller answers UNAVAILABLE: nothing ran). The database is created 0600 (SQLite gives its
+WAL and shared-memory files the same mode), whatever the umask.
 """
 
 from __future__ import annotations
@@ -31,10 +36,16 @@ from shellward.types import (
     Idempotency,
     LedgerEntry,
     ReplayPolicy,
+    Transition,
     Verdict,
 )
+from shellwardd.errors import LedgerBusy, LedgerError
+from shellwardd.statedir import private_file
 
 SCHEMA_VERSION = 1
+# How long a write waits for another process's lock before the call is answered UNAVAILABLE.
+BUSY_TIMEOUT_S = 5.0
+_SQLITE_BUSY_CODES = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED (primary codes)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS calls (
@@ -96,47 +107,67 @@ _FINAL_COLUMNS = (
 )  # fmt: skip
 
 
-class LedgerError(Exception):
-    """The ledger cannot be opened or written; the message names the file."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Transition:
-    at: float
-    status: CallStatus
-    detail: str
-
-
 class Ledger:
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._lock = threading.Lock()
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
-            self._db.execute("PRAGMA busy_timeout=5000")
-            self._db.executescript(_SCHEMA)
-            self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            private_file(path)
+            self._db = sqlite3.connect(
+                path, timeout=BUSY_TIMEOUT_S, check_same_thread=False, isolation_level=None
+            )
         except (sqlite3.Error, OSError) as exc:
             raise LedgerError(f"cannot open the ledger at {path}: {exc}") from exc
+        try:
+            with self._guard("open"):
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=FULL")
+                self._db.executescript(_SCHEMA)
+                self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        except LedgerError:
+            self._db.close()
+            raise
         self._db.row_factory = sqlite3.Row
-        self._lock = threading.Lock()
 
     def close(self) -> None:
         with self._lock:
             self._db.close()
 
     @contextmanager
+    def _guard(self, what: str) -> Iterator[None]:
+        """Translate SQLite's errors into the daemon's (the caller holds no lock here)."""
+        try:
+            yield
+        except sqlite3.Error as exc:
+            if getattr(exc, "sqlite_errorcode", 0) & 0xFF in _SQLITE_BUSY_CODES:
+                raise LedgerBusy(
+                    f"the ledger at {self.path} was locked by another process for over "
+                    f"{BUSY_TIMEOUT_S:g}s ({what})"
+                ) from exc
+            raise LedgerError(f"cannot {what} the ledger at {self.path}: {exc}") from exc
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        with self._lock, self._guard("read"):
+            yield self._db
+
+    @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
+        with self._lock, self._guard("write"):
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 yield self._db
             except BaseException:
-                self._db.execute("ROLLBACK")
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
                 raise
-            self._db.execute("COMMIT")
+            try:
+                self._db.execute("COMMIT")
+            except sqlite3.Error:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
 
     # --- writes ------------------------------------------------------------------
 
@@ -189,20 +220,31 @@ class Ledger:
                 (entry.call_id, entry.finished_at or time.time(), entry.status.value, detail),
             )
 
-    def transition(self, call_id: str, old: CallStatus, new: CallStatus, detail: str) -> None:
-        """Move a call from ``old`` to ``new`` (a non-final step, e.g. approval)."""
+    def transition(self, call_id: str, old: CallStatus, new: CallStatus, detail: str) -> bool:
+        """Move a call from ``old`` to ``new`` (a non-final step, e.g. approval); False when
+        it is no longer ``old`` (another answer came first) and nothing changed."""
         now = time.time()
         with self._transaction() as db:
             updated = db.execute(
                 "UPDATE calls SET status = ? WHERE call_id = ? AND status = ?",
                 (new.value, call_id, old.value),
             ).rowcount
-            if updated != 1:
-                raise LedgerError(f"call {call_id} is no longer {old.value}")
-            db.execute(
-                "INSERT INTO transitions (call_id, at, status, detail) VALUES (?, ?, ?, ?)",
-                (call_id, now, new.value, detail),
-            )
+            if updated == 1:
+                db.execute(
+                    "INSERT INTO transitions (call_id, at, status, detail) VALUES (?, ?, ?, ?)",
+                    (call_id, now, new.value, detail),
+                )
+        return updated == 1
+
+    def deny_pending(self, call_id: str, content: str, detail: str) -> bool:
+        """Deny a call still waiting for approval; False when it no longer waits (an
+        approval came first: a running call is never overwritten)."""
+        with self._transaction() as db:
+            denied = _close_all(
+                db, "call_id = ? AND status = ?", (call_id, CallStatus.PENDING_APPROVAL.value),
+                CallStatus.DENIED, Code.PERMISSION_DENIED, content, detail,
+            )  # fmt: skip
+        return bool(denied)
 
     def expire_pending(self, created_before: float, content: str) -> builtins.list[str]:
         """Deny every call still waiting for approval that was created before the cutoff."""
@@ -239,14 +281,14 @@ class Ledger:
     # --- reads -------------------------------------------------------------------
 
     def get(self, call_id: str) -> LedgerEntry | None:
-        with self._lock:
-            row = self._db.execute("SELECT * FROM calls WHERE call_id = ?", (call_id,)).fetchone()
+        with self._read() as db:
+            row = db.execute("SELECT * FROM calls WHERE call_id = ?", (call_id,)).fetchone()
         return _entry_from_row(row) if row else None
 
     def latest_for_step(self, run_id: str, step_id: str) -> LedgerEntry | None:
         """The newest attempt of a (run_id, step_id) identity."""
-        with self._lock:
-            row = self._db.execute(
+        with self._read() as db:
+            row = db.execute(
                 "SELECT * FROM calls WHERE run_id = ? AND step_id = ?"
                 " ORDER BY created_at DESC, rowid DESC LIMIT 1",
                 (run_id, step_id),
@@ -268,13 +310,13 @@ class Ledger:
         if conditions:
             query += " WHERE " + " AND ".join(conditions)
         query += " ORDER BY created_at DESC, rowid DESC LIMIT ?"
-        with self._lock:
-            rows = self._db.execute(query, (*params, limit)).fetchall()
+        with self._read() as db:
+            rows = db.execute(query, (*params, limit)).fetchall()
         return [_entry_from_row(row) for row in rows]
 
     def transitions(self, call_id: str) -> builtins.list[Transition]:
-        with self._lock:
-            rows = self._db.execute(
+        with self._read() as db:
+            rows = db.execute(
                 "SELECT at, status, detail FROM transitions WHERE call_id = ? ORDER BY at, rowid",
                 (call_id,),
             ).fetchall()

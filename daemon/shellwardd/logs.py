@@ -1,4 +1,5 @@
-"""Structured logs: one JSON object per line, on stderr and in the state dir's log file."""
+"""Structured logs: one JSON object per line, on stderr and in the state dir's log file
+(0600: it names commands and their outcomes)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import logging
 import sys
 import time
 from pathlib import Path
+
+from shellwardd.statedir import private_file
 
 # Attributes every LogRecord has; anything else came in through ``extra=`` and is logged.
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
@@ -34,8 +37,8 @@ def configure(level: str, log_file: Path | None) -> None:
     formatter = JsonFormatter()
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     if log_file is not None:
-        log_file.parent.mkdir(parents=True, exist_ok=True)
-        handlers.append(logging.FileHandler(log_file, encoding="utf-8"))
+        log_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        handlers.append(logging.FileHandler(private_file(log_file), encoding="utf-8"))
     root = logging.getLogger()
     for handler in list(root.handlers):
         root.removeHandler(handler)

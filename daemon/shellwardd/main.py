@@ -1,12 +1,26 @@
-"""``shellwardd``: start-up, serving, and the numbered shutdown sequence.
+"""``shellwardd``: the daemon's life cycle, in uvicorn's manner: start, serve, shut down.
 
-Signal handlers only set flags; the main loop acts on them. A first SIGTERM/SIGINT
-starts a graceful shutdown; a second one skips the grace period; SIGHUP reloads the rule
-files (a broken file keeps the last good rules).
+Choices, and why
+- **One object, three phases.** :class:`Daemon` ``startup()`` opens each resource in order
+  and registers its release in one ``ExitStack``; ``main_loop()`` serves; ``shutdown()`` is
+  a numbered sequence. A failure at any start-up step closes what the earlier steps opened
+  (monitors, registry, ledger, the state directory's lock), in reverse order, and exits with
+  the step's code (``EXIT_*``) and one line saying why: no traceback for a user's mistake.
+- **Start-up order.** The state directory first (private, and locked: one daemon per state
+  directory), so that nothing else is touched by a second daemon; then logging into it, the
+  sandbox check, the rules, the ledger and its crash recovery, the workspaces' write
+  detectors, the business tools, and last the socket, so that no request arrives before
+  everything it needs is there.
+- **Signal handlers only set flags**; the main loop acts on them. A first SIGTERM/SIGINT
+  starts a graceful shutdown; a second one skips the grace period; SIGHUP reloads the rule
+  files (a broken file keeps the last good rules).
+- **The main loop survives the ledger.** A busy or failing ledger while expiring approvals
+  is logged and tried again on the next tick; it never stops the daemon.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import sys
@@ -14,17 +28,25 @@ import threading
 import time
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 from types import FrameType
 
-from shellwardd import logs
-from shellwardd.classifier import LiveRules, RuleFileError, load_rules
+from shellwardd import logs, statedir
+from shellwardd.classifier import LiveRules, load_rules
 from shellwardd.config import Config, load_config
-from shellwardd.errors import ConfigError, ShellwardError
-from shellwardd.ledger import Ledger, LedgerError
+from shellwardd.errors import (
+    ConfigError,
+    LedgerError,
+    RuleFileError,
+    SandboxUnavailable,
+    ShellwardError,
+    StateError,
+)
+from shellwardd.ledger import Ledger
 from shellwardd.runtime import Runtime
 from shellwardd.sandbox import Sandbox
 from shellwardd.server import DaemonInfo, Listeners
-from shellwardd.tools.config import ToolConfigError, load_tools_config
+from shellwardd.tools.config import load_tools_config
 from shellwardd.tools.registry import ToolRegistry
 from shellwardd.watch import WorkspaceMonitor
 
@@ -33,6 +55,14 @@ EXIT_CONFIG = 2
 EXIT_SANDBOX = 3
 EXIT_RULES = 4
 EXIT_STATE = 5
+
+# A start-up failure's exit code and how its line begins, by the error's class (first match).
+_STARTUP_FAILURES: tuple[tuple[type[ShellwardError], int, str], ...] = (
+    (SandboxUnavailable, EXIT_SANDBOX, "refusing to start"),
+    (RuleFileError, EXIT_RULES, "refusing to start: broken rule file"),
+    (StateError, EXIT_STATE, "refusing to start"),
+    (ShellwardError, EXIT_CONFIG, "refusing to start"),
+)
 
 log = logging.getLogger("shellwardd")
 
@@ -59,6 +89,146 @@ class _Signals:
         self.should_exit.set()
 
 
+class Daemon:
+    """One daemon: what it opened, in one exit stack, and what it serves with."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.signals = _Signals()
+        self._resources = contextlib.ExitStack()
+
+    def run(self) -> int:
+        """Start, serve until SIGTERM/SIGINT, shut down. Returns an exit code (EXIT_*)."""
+        with self._resources:
+            try:
+                self.startup()
+            except ShellwardError as exc:
+                code, prefix = next(
+                    (code, prefix)
+                    for kind, code, prefix in _STARTUP_FAILURES
+                    if isinstance(exc, kind)
+                )
+                print(f"shellwardd: {prefix}: {exc}", file=sys.stderr)
+                return code
+            self.main_loop()
+            self.shutdown()
+        return EXIT_OK
+
+    def startup(self) -> None:
+        config, resources = self.config, self._resources
+        # 1. The state directory: private, and ours alone for as long as we run.
+        statedir.prepare_state_dir(config.state_dir)
+        resources.callback(statedir.StateDirLock(config.state_dir).close)
+        try:
+            logs.configure(config.log_level, config.log_path)
+        except OSError as exc:
+            raise StateError(f"cannot write the log {config.log_path}: {exc.strerror}") from exc
+
+        # 2. The sandbox must work (or be disabled out loud).
+        self.sandbox = Sandbox(enabled=not config.no_sandbox)
+        self.sandbox.check()
+        if config.no_sandbox:
+            log.warning(
+                "SANDBOX DISABLED (--no-sandbox): commands run with the daemon's own rights, "
+                "with network and full file access"
+            )
+
+        # 3. The rules; a broken file refuses the start.
+        self.rules = LiveRules(
+            lambda: load_rules(
+                user_file=config.user_rules,
+                repo_roots=config.workspaces,
+                trusted_repos=config.trusted_repos,
+            )
+        )
+
+        # 4. The ledger, and what a previous daemon left running.
+        self.ledger = Ledger(config.ledger_path)
+        resources.callback(self.ledger.close)
+        recovered = self.ledger.recover_interrupted("the daemon restarted while the call ran")
+        if recovered:
+            log.warning("calls left running by a previous daemon are now uncertain",
+                        extra={"call_ids": recovered})  # fmt: skip
+
+        # 5. Index every workspace in the background; the first call in one waits for it.
+        self.monitors: dict[Path, WorkspaceMonitor] = {}
+        for root in config.workspaces:
+            monitor = WorkspaceMonitor(root, config.state_dir / "index", config.ignore_globs)
+            monitor.start()
+            resources.callback(monitor.stop)
+            self.monitors[root] = monitor
+
+        # 6. The business tools' MCP servers.
+        self.registry: ToolRegistry | None = None
+        if config.tools_config is not None:
+            self.registry = ToolRegistry(load_tools_config(config.tools_config))
+            self.registry.start()
+            resources.callback(self.registry.stop)
+            for problem in self.registry.problems():
+                log.warning("tool registry problem", extra={"problem": problem})
+
+        # 7. Last, the socket: requests may come from here on.
+        self.runtime = Runtime(
+            config, self.ledger, self.rules.classify, self.sandbox, self.monitors, self.registry
+        )
+        info = DaemonInfo(
+            version=daemon_version(),
+            config=config,
+            sandbox_enabled=self.sandbox.enabled,
+            sandbox_detail=self.sandbox.detail,
+            started_at=time.time(),
+        )
+        statedir.check_socket_dir(config.socket)
+        try:
+            self.listeners = Listeners(self.runtime, self.rules, info)
+            self.listeners.start()
+        except RuntimeError as exc:  # grpc cannot bind
+            raise ConfigError(f"cannot listen on {config.socket}: {exc}") from exc
+        resources.callback(self.listeners.remove_socket)
+
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(signum, self.signals.handle)
+        where = f"unix:{config.socket}"
+        if config.tcp:
+            where += f" and tcp:{config.tcp.rpartition(':')[0]}:{self.listeners.tcp_port}"
+        print(f"shellwardd {info.version} listening on {where}", flush=True)
+        log.info("serving", extra={"socket": str(config.socket),
+                                   "state_dir": str(config.state_dir),
+                                   "workspaces": [str(w) for w in config.workspaces]})  # fmt: skip
+
+    def main_loop(self) -> None:
+        """Act on SIGHUP, expire unanswered approvals, until told to stop."""
+        while not self.signals.should_exit.wait(timeout=1.0):
+            if self.signals.reload:
+                self.signals.reload = False
+                self.rules.reload()
+            try:
+                self.runtime.expire_approvals()
+            except LedgerError as exc:
+                log.warning("could not expire approvals; trying again",
+                            extra={"problem": exc.message})  # fmt: skip
+
+    def shutdown(self) -> None:
+        grace = 0.0 if self.signals.force_exit else self.config.grace_period
+        log.info(
+            "shutting down", extra={"grace_period": grace, "running": self.runtime.running_count}
+        )
+        # 1. Refuse new calls, and stop taking new RPCs (in-flight streams keep going).
+        self.runtime.stop_accepting()
+        done = self.listeners.stop(grace + 5.0)
+        # 2. Let running calls finish within the grace period; kill the rest (→ uncertain).
+        killed = self.runtime.drain(0.0 if self.signals.force_exit else grace)
+        if killed:
+            log.warning("killed calls still running after the grace period",
+                        extra={"killed": killed})  # fmt: skip
+        # 3. Wait for their final answers to be sent.
+        for event in done:
+            event.wait()
+        # 4. The exit stack then removes the socket, stops the tool servers and the write
+        #    detectors, closes the ledger and releases the state directory, in that order.
+        log.info("stopped")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = load_config(argv)
@@ -70,119 +240,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def run(*, config: Config) -> int:
     """Serve until SIGTERM/SIGINT. Returns an exit code (EXIT_*)."""
-    logs.configure(config.log_level, config.log_path)
-
-    sandbox = Sandbox(enabled=not config.no_sandbox)
-    try:
-        sandbox.check()
-    except ShellwardError as exc:
-        print(f"shellwardd: refusing to start: {exc.message}", file=sys.stderr)
-        return EXIT_SANDBOX
-    if config.no_sandbox:
-        log.warning(
-            "SANDBOX DISABLED (--no-sandbox): commands run with the daemon's own rights, "
-            "with network and full file access"
-        )
-
-    try:
-        rules = LiveRules(
-            lambda: load_rules(
-                user_file=config.user_rules,
-                repo_roots=config.workspaces,
-                trusted_repos=config.trusted_repos,
-            )
-        )
-    except RuleFileError as exc:
-        print(f"shellwardd: refusing to start: broken rule file: {exc}", file=sys.stderr)
-        return EXIT_RULES
-
-    try:
-        ledger = Ledger(config.ledger_path)
-    except LedgerError as exc:
-        print(f"shellwardd: {exc}", file=sys.stderr)
-        return EXIT_STATE
-    recovered = ledger.recover_interrupted("the daemon restarted while the call ran")
-    if recovered:
-        log.warning("calls left running by a previous daemon are now uncertain",
-                    extra={"call_ids": recovered})  # fmt: skip
-
-    # Index every workspace in the background; the first call in one waits for it.
-    monitors = {
-        root: WorkspaceMonitor(root, config.state_dir / "index", config.ignore_globs)
-        for root in config.workspaces
-    }
-    for monitor in monitors.values():
-        monitor.start()
-    registry = None
-    if config.tools_config is not None:
-        try:
-            registry = ToolRegistry(load_tools_config(config.tools_config))
-        except ToolConfigError as exc:
-            print(f"shellwardd: refusing to start: {exc}", file=sys.stderr)
-            return EXIT_CONFIG
-        registry.start()
-        for problem in registry.problems():
-            log.warning("tool registry problem", extra={"problem": problem})
-    runtime = Runtime(config, ledger, rules.classify, sandbox, monitors, registry)
-    info = DaemonInfo(
-        version=daemon_version(),
-        config=config,
-        sandbox_enabled=sandbox.enabled,
-        sandbox_detail=sandbox.detail,
-        started_at=time.time(),
-    )
-    try:
-        listeners = Listeners(runtime, rules, info)
-        listeners.start()
-    except (ShellwardError, RuntimeError) as exc:
-        print(f"shellwardd: cannot listen: {exc}", file=sys.stderr)
-        for monitor in monitors.values():
-            monitor.stop()
-        ledger.close()
-        return EXIT_CONFIG
-
-    signals = _Signals()
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(signum, signals.handle)
-    where = f"unix:{config.socket}"
-    if config.tcp:
-        where += f" and tcp:{config.tcp.rpartition(':')[0]}:{listeners.tcp_port}"
-    print(f"shellwardd {info.version} listening on {where}", flush=True)
-    log.info("serving", extra={"socket": str(config.socket), "state_dir": str(config.state_dir),
-                               "workspaces": [str(w) for w in config.workspaces]})  # fmt: skip
-
-    # The main loop: act on SIGHUP, expire unanswered approvals, until told to stop.
-    while not signals.should_exit.wait(timeout=1.0):
-        if signals.reload:
-            signals.reload = False
-            rules.reload()
-        runtime.expire_approvals()
-    _shutdown(config, runtime, listeners, ledger, signals)
-    for monitor in monitors.values():
-        monitor.stop()
-    if registry is not None:
-        registry.stop()
-    return EXIT_OK
-
-
-def _shutdown(
-    config: Config, runtime: Runtime, listeners: Listeners, ledger: Ledger, signals: _Signals
-) -> None:
-    grace = 0.0 if signals.force_exit else config.grace_period
-    log.info("shutting down", extra={"grace_period": grace, "running": runtime.running_count})
-    # 1. Refuse new calls, and stop taking new RPCs (in-flight streams keep going).
-    runtime.stop_accepting()
-    done = listeners.stop(grace + 5.0)
-    # 2. Let running calls finish within the grace period; kill the rest (→ uncertain).
-    killed = runtime.drain(0.0 if signals.force_exit else grace)
-    if killed:
-        log.warning("killed calls still running after the grace period", extra={"killed": killed})
-    # 3. Wait for their final answers to be sent, then release the socket and the ledger.
-    for event in done:
-        event.wait()
-    listeners.remove_socket()
-    ledger.close()
-    log.info("stopped")
+    return Daemon(config).run()
 
 
 if __name__ == "__main__":

@@ -1,14 +1,14 @@
-"""What a call's outcome means for the model: final states, codes and the sentences it reads.
+"""What a call's outcome means for the model, whatever its kind: the sentences of the life
+cycle (not started, crashed, not recorded), of reconciliation and of replay.
 
-Pure functions from what happened (a process outcome, observed file effects, a replay
-decision) to ledger entries and ``CommandResult``s.
+Pure functions from what happened (observed file effects, a replay decision, a failure of
+the daemon's own) to ledger entries and ``CommandResult``s. What a command's or a tool's
+own outcome means is said by its kind (``shellwardd.calls``).
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
-from typing import Any
 
 from shellward.types import (
     CallStatus,
@@ -19,60 +19,10 @@ from shellward.types import (
     LedgerEntry,
     ReplayPolicy,
 )
-from shellwardd.replay import TRANSIENT_CODES, Decision
-from shellwardd.sandbox import ProcessOutcome
-from shellwardd.tools.mcp_client import OutcomeKind, ToolCallOutcome
-from shellwardd.tools.registry import RegisteredTool, uncertain_content
+from shellwardd.errors import ShellwardError
+from shellwardd.replay import TRANSIENT_CODES, Action, Decision
 from shellwardd.watch import CallEffects
 from shellwardd.watch.hashing import bytes_hash
-
-
-def finished_entry(entry: LedgerEntry, outcome: ProcessOutcome, now: float) -> LedgerEntry:
-    """The final ledger entry for a call that was started: status, code and sentence."""
-    known_idempotent = entry.idempotency is Idempotency.IDEMPOTENT
-    common: dict[str, Any] = {
-        "finished_at": now,
-        "stdout": outcome.stdout,
-        "stderr": outcome.stderr,
-        "exit_code": outcome.exit_code,
-    }
-    check = f"Check its effects first (`shellward show {entry.call_id}`) or ask the user."
-    if not outcome.started:
-        return replace(
-            entry, status=CallStatus.FAILED, code=Code.SANDBOX_ERROR, **common,
-            content=f"The sandbox could not start the command: {outcome.sandbox_error}. Nothing "
-            "ran. This is a problem of the daemon's set-up, not of the command; tell the user.",
-        )  # fmt: skip
-    if outcome.timed_out:
-        if known_idempotent:
-            return replace(
-                entry, status=CallStatus.FAILED, code=Code.TIMEOUT, **common,
-                content=f"The command did not finish within {entry.timeout_seconds:g}s and was "
-                "killed. It only reads, so retrying is safe: give it a longer timeout or a "
-                "narrower scope.",
-            )  # fmt: skip
-        return replace(
-            entry, status=CallStatus.UNCERTAIN, code=Code.SIDE_EFFECT_UNCERTAIN, **common,
-            content=f"The command did not finish within {entry.timeout_seconds:g}s and was "
-            f"killed; it may have partly or fully run. Do not retry automatically. {check}",
-        )  # fmt: skip
-    if outcome.cancelled:
-        code = Code.INTERRUPTED if known_idempotent else Code.SIDE_EFFECT_UNCERTAIN
-        advice = "It only reads, so running it again is safe." if known_idempotent else check
-        return replace(
-            entry, status=CallStatus.UNCERTAIN, code=code, **common,
-            content=f"The daemon shut down while the command ran and killed it. {advice}",
-        )  # fmt: skip
-    if outcome.exit_code == 0:
-        return replace(
-            entry, status=CallStatus.SUCCEEDED, code=Code.OK, **common,
-            content="The command succeeded (exit status 0).",
-        )  # fmt: skip
-    return replace(
-        entry, status=CallStatus.FAILED, code=Code.COMMAND_FAILED, **common,
-        content=f"The command exited with status {outcome.exit_code}; stderr says why. Fix the "
-        "cause before running it again.",
-    )  # fmt: skip
 
 
 def reconcile(entry: LedgerEntry, observed: CallEffects) -> LedgerEntry:
@@ -201,69 +151,75 @@ def captured(data: bytes, cap: int) -> CapturedOutput:
     return CapturedOutput(data[:cap], len(data), len(data) > cap, bytes_hash(data))
 
 
-def _capped_text(output: CapturedOutput) -> str:
-    """The kept start of a capped answer as text, saying what was cut."""
-    if not output.truncated:
-        return output.text
+def ask_approval(call_id: str, why: str) -> str:
+    """A first run that waits for a human: the kind's reason, then how to ask."""
     return (
-        f"{output.text}\n[shellward kept the first {len(output.data)} of {output.total_bytes}"
-        f" bytes of this answer (its --output-cap); {output.sha256}]"
+        f"{why} Ask the user to approve call {call_id} (shellward approve {call_id}), then wait "
+        "for it with WaitCall."
     )
 
 
-def _capped_json(value: Any, cap: int) -> str:
-    """``value`` as JSON, or, past ``cap`` bytes, what it was: its size and digest."""
-    text = json.dumps(value)
-    data = text.encode("utf-8")
-    if len(data) <= cap:
-        return text
-    return json.dumps({"truncated": True, "total_bytes": len(data), "sha256": bytes_hash(data)})
-
-
-def mcp_finished_entry(
-    entry: LedgerEntry,
-    tool: RegisteredTool,
-    outcome: ToolCallOutcome,
-    key: str | None,
-    now: float,
-    *,
-    cap: int,
-) -> LedgerEntry:
-    """The final entry of a business tool call, from what its server answered (or not)."""
-    name = tool.name
-    # The answer is stored three ways (raw, as the sentence, as JSON): each is capped.
-    answer = captured(outcome.content.encode("utf-8"), cap)
-    text = _capped_text(answer)
-    common: dict[str, Any] = {"finished_at": now}
-    if outcome.kind in (OutcomeKind.OK, OutcomeKind.ERROR):  # the server answered
-        structured = outcome.structured
-        common["stdout"] = answer
-        common["output_json"] = _capped_json(
-            structured if structured is not None else {"content": text}, cap
-        )
-    if outcome.kind is OutcomeKind.OK:
-        return replace(
-            entry, status=CallStatus.SUCCEEDED, code=Code.OK, **common,
-            content=text or f"{name} succeeded.",
-        )  # fmt: skip
-    if outcome.kind is OutcomeKind.ERROR:
-        return replace(
-            entry, status=CallStatus.FAILED, code=Code.COMMAND_FAILED, **common,
-            content=f"{name} answered with an error: {text or outcome.detail}. Fix the "
-            "cause before calling it again.",
-        )  # fmt: skip
-    if outcome.kind is OutcomeKind.UNAVAILABLE:
-        return replace(
-            entry, status=CallStatus.FAILED, code=Code.UNAVAILABLE, **common,
-            content=f"{name} was not sent: {outcome.detail}. Nothing happened; retry in a moment.",
-        )  # fmt: skip
-    if entry.idempotency is Idempotency.IDEMPOTENT:
-        return replace(
-            entry, status=CallStatus.FAILED, code=Code.TIMEOUT, **common,
-            content=f"{name} did not answer ({outcome.detail}). It only reads, so retrying is "
-            "safe, with a longer timeout if it is slow.",
-        )  # fmt: skip
+def not_started(entry: LedgerEntry, error: ShellwardError, now: float) -> LedgerEntry:
+    """A recorded call that could not start: nothing ran."""
     return replace(
-        entry, status=CallStatus.UNCERTAIN, code=Code.SIDE_EFFECT_UNCERTAIN, **common,
-        content=uncertain_content(tool, outcome, key),
+        entry, status=CallStatus.FAILED, code=error.code, content=error.message, finished_at=now
+    )
+
+
+def workspace_busy(entry: LedgerEntry, done: int, total: int) -> str:
+    return (
+        f"The workspace was busy (indexing: {done:,} / {total:,} files, or another writing "
+        f"call) for the whole timeout of {entry.timeout_seconds:g}s; nothing ran. Retry in "
+        "a moment."
+    )
+
+
+def unwatchable(entry: LedgerEntry, problem: str) -> str:
+    return (
+        f"The write detector cannot watch {entry.workspace} ({problem}), so the call could not "
+        "be recorded safely; nothing ran. Tell the user: the daemon's log says why, and a "
+        "restart of the daemon rebuilds the index."
+    )
+
+
+def ledger_busy(problem: str) -> str:
+    return f"shellward could not record the call ({problem}). Nothing ran. Retry in a moment."
+
+
+def crashed(entry: LedgerEntry, now: float) -> LedgerEntry:
+    """A started call whose work raised (a bug of the daemon): it may have partly run."""
+    return replace(
+        entry, status=CallStatus.UNCERTAIN, code=Code.SIDE_EFFECT_UNCERTAIN, finished_at=now,
+        content="shellward hit an internal error while the call ran; it may have partly or "
+        f"fully run. Check its effects first (`shellward show {entry.call_id}`) or ask the "
+        "user.",
+    )  # fmt: skip
+
+
+def unrecorded(final: LedgerEntry, problem: str) -> LedgerEntry:
+    """A call whose final record failed: the smallest entry that keeps the answer and the
+    row in agreement (uncertain; the output, which may be what did not fit, is dropped)."""
+    return replace(
+        final,
+        status=CallStatus.UNCERTAIN,
+        code=Code.SIDE_EFFECT_UNCERTAIN,
+        stdout=replace(final.stdout, data=b""),
+        stderr=replace(final.stderr, data=b""),
+        output_json="",
+        content=f"The call ran ({final.status.value}, {final.code.value}), but shellward could "
+        f"not record its result ({problem}), so its output is lost. Check its effects first "
+        f"(`shellward show {final.call_id}`) or ask the user.",
+    )
+
+
+def internal_error(call_id: str, recorded: bool) -> Decision:
+    """The answer to a request the daemon failed on (a bug): point to the record if any."""
+    where = (
+        f"Check `shellward show {call_id}` before retrying."
+        if recorded
+        else "The call was not recorded; retrying is safe once the daemon is healthy."
+    )
+    return Decision(
+        Action.REFUSE, Code.INTERNAL,
+        f"shellward hit an internal error; the daemon log has the details. {where}",
     )  # fmt: skip

@@ -1,4 +1,4 @@
-"""What to do when a call comes again: the replay decision table (DESIGN.md).
+"""What to do when a call comes again: the replay decision table (docs/architecture.md).
 
 =============================  ===================  ==================  =======================
 ledger says                    idempotent + auto    conditional + ask   non_idempotent + never
@@ -13,7 +13,10 @@ failed before start / denied   the same answer again; nothing runs (busy: run)
 (:func:`check_effects`): all at their after-hash → ALREADY_APPLIED (nothing runs); all at
 their before-hash → run again; anything else → CONFLICT, and a human must approve.
 
-Pure, apart from :func:`check_effects` reading file hashes.
+:func:`decide` is the table; :func:`resolve` settles its "check" against the workspace; a
+new request (the runtime) and ``shellward recover`` (:func:`recovery_item`) both read the
+table through :func:`resolve`, so they cannot disagree. Pure, apart from reading file
+hashes through the ``hash_of`` they are given.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from shellward.types import CallStatus, Code, EffectKind, LedgerEntry, ReplayPolicy
+from shellward.types import CallStatus, Code, EffectKind, LedgerEntry, RecoveryItem, ReplayPolicy
 
 # Codes of calls that ended before they started for a passing reason (the daemon was busy
 # or shutting down): a retry of the same step runs, where any other early end repeats.
@@ -35,6 +38,9 @@ class Action(enum.Enum):
     RETURN_RECORDED = "return_recorded"  # answer with the recorded result, run nothing
     CHECK = "check"  # compare the recorded file effects with the workspace first
     REFUSE = "refuse"  # answer with an error, run nothing
+    # After a check (resolve):
+    ALREADY_APPLIED = "already_applied"  # its effects are in place: answer so, run nothing
+    ASK = "ask"  # someone else changed its files: a new attempt waits for a human
 
 
 @dataclass(frozen=True)
@@ -43,6 +49,10 @@ class Decision:
     code: Code = Code.OK
     content: str = ""
     retryable: bool = False
+    # Set by resolve(): the recorded effects were compared with the workspace, and what
+    # that found (the files in conflict, for ASK).
+    checked: bool = False
+    conflicts: tuple[str, ...] = ()
 
 
 def _step(entry: LedgerEntry) -> str:
@@ -189,3 +199,57 @@ def check_effects(
     if at_before:
         return EffectsCheck(EffectsState.AT_BEFORE)
     return EffectsCheck(EffectsState.CONFLICT, tuple(conflicts) or ("(a mix of old and new)",))
+
+
+def resolve(
+    previous: LedgerEntry,
+    *,
+    input_hash: str,
+    rerun: bool,
+    now: float,
+    retention: float,
+    hash_of: Callable[[Path], str],
+) -> Decision:
+    """:func:`decide`, with a CHECK settled against the workspace now (never CHECK)."""
+    decision = decide(previous, input_hash=input_hash, rerun=rerun, now=now, retention=retention)
+    if decision.action is not Action.CHECK:
+        return decision
+    check = check_effects(previous, Path(previous.workspace), hash_of)
+    if check.state is EffectsState.CONFLICT:
+        return Decision(Action.ASK, Code.CONFLICT, checked=True, conflicts=check.conflicts)
+    if check.state is EffectsState.ALREADY_APPLIED and previous.status is CallStatus.FAILED:
+        why = "it failed, and its files are as it left them: Replay runs it again"
+        return Decision(Action.RUN, content=why, checked=True)
+    if check.state is EffectsState.ALREADY_APPLIED:
+        return Decision(Action.ALREADY_APPLIED, Code.ALREADY_APPLIED, checked=True)
+    why = "none of its recorded file effects is in place: Replay runs it again"
+    return Decision(Action.RUN, content=why, checked=True)
+
+
+def recovery_item(
+    entry: LedgerEntry, *, now: float, retention: float, hash_of: Callable[[Path], str]
+) -> RecoveryItem | None:
+    """What ``shellward recover`` says of a step whose newest attempt is ``entry``
+    (None: it ended cleanly, or before it started: nothing to recover)."""
+    if entry.status is CallStatus.PENDING_APPROVAL:
+        return RecoveryItem(entry, "ask", entry.content)
+    if not entry.status.is_final:
+        return RecoveryItem(entry, "wait", f"still {entry.status.value}; wait for it")
+    decision = resolve(
+        entry, input_hash=entry.input_hash, rerun=False, now=now, retention=retention,
+        hash_of=hash_of,
+    )  # fmt: skip
+    if decision.action is Action.RETURN_RECORDED:
+        return None
+    if decision.action is Action.REFUSE:
+        return RecoveryItem(entry, "refuse", decision.content)
+    if decision.action is Action.ASK:
+        shown = ", ".join(decision.conflicts)
+        return RecoveryItem(entry, "ask", f"changed since by someone else: {shown}: ask a human")
+    if decision.action is Action.ALREADY_APPLIED:
+        why = "its recorded file effects are all in place: Replay answers ALREADY_APPLIED"
+        return RecoveryItem(entry, "check", why)
+    if decision.checked:
+        return RecoveryItem(entry, "check", decision.content)
+    why = f"{entry.status.value} and {entry.idempotency.value}: Replay runs it again"
+    return RecoveryItem(entry, "replay", why)

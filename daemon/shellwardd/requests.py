@@ -1,4 +1,5 @@
-"""A command request: its checks, its identity (input hash) and its durable form (JSON).
+"""A request (a command, or a tool's call): its checks, its identity (input hash) and its
+durable form (JSON).
 
 The JSON form is stored on every ledger entry, so that a call approved later, or replayed
 after a restart, runs exactly what was asked.
@@ -8,12 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from shellwardd.config import MAX_COMMAND_BYTES, Limits
-from shellwardd.errors import InvalidArgument
+from shellwardd.config import MAX_COMMAND_BYTES, Config, Limits
+from shellwardd.errors import InvalidArgument, PermissionDenied
 from shellwardd.watch.hashing import bytes_hash
 
 TOOL_RUN_COMMAND = "run_command"
@@ -59,6 +62,44 @@ def check_env(env: Mapping[str, str]) -> None:
                 f"env entry {key!r} is invalid: names must be non-empty without '=' or NUL, "
                 "values without NUL"
             )
+
+
+def check_timeout(config: Config, requested: float) -> float:
+    """The call's timeout: the daemon's default for 0, refused when over its maximum."""
+    if requested != requested or requested < 0:  # NaN or negative
+        raise InvalidArgument(
+            f"timeout_seconds must be 0 (the default, {config.default_timeout:g}s) "
+            f"or positive; got {requested}"
+        )
+    if requested > config.max_timeout:
+        raise InvalidArgument(
+            f"timeout_seconds {requested:g} is over the daemon's limit of "
+            f"{config.max_timeout:g}s; ask for less, or raise --max-timeout"
+        )
+    return requested or config.default_timeout
+
+
+def resolve_cwd(config: Config, cwd: str) -> tuple[Path, Path]:
+    """The workspace containing ``cwd`` and the resolved cwd itself ("": the first one)."""
+    if not cwd:
+        workspace = config.workspaces[0]
+        return workspace, workspace
+    if "\0" in cwd:
+        raise InvalidArgument("cwd contains a NUL byte")
+    path = Path(cwd)
+    if not path.is_absolute():
+        raise InvalidArgument(f"cwd {cwd!r} must be an absolute path")
+    resolved = Path(os.path.realpath(path))
+    for workspace in config.workspaces:
+        if resolved == workspace or workspace in resolved.parents:
+            if not resolved.is_dir():
+                raise InvalidArgument(f"cwd {cwd!r} does not exist or is not a directory")
+            return workspace, resolved
+    roots = ", ".join(str(w) for w in config.workspaces)
+    raise PermissionDenied(
+        f"cwd {cwd!r} is outside the daemon's workspaces ({roots}); run the command from "
+        "inside one, or start the daemon with --workspace for that directory"
+    )
 
 
 def printable(command: str) -> str:

@@ -1,5 +1,10 @@
 """The gRPC edge: decode a request, call the runtime, encode the answer. Nothing else.
 
+Errors are translated once, here: a :class:`~shellwardd.errors.ShellwardError` becomes the
+gRPC status of its code (``_STATUS``) with its sentence as details, and the domain code
+itself travels as trailing metadata (``shellward-code``), so a client can tell a busy
+daemon (UNAVAILABLE, code UNAVAILABLE) from no daemon at all.
+
 Also serves the standard health service and server reflection. The Unix socket is
 trusted (mode 0600); a TCP listener, when asked for, requires a bearer token.
 """
@@ -8,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import hmac
+import json
 import logging
 import os
 import queue
@@ -31,7 +37,7 @@ from shellward.v1 import shellward_pb2 as pb
 from shellward.v1 import shellward_pb2_grpc as pb_grpc
 from shellwardd.classifier import LiveRules
 from shellwardd.config import Config, Limits
-from shellwardd.errors import ShellwardError
+from shellwardd.errors import InvalidArgument, ShellwardError
 from shellwardd.requests import CommandRequest, ToolRequest
 from shellwardd.rulecheck import check_rule_files
 from shellwardd.runtime import Runtime
@@ -52,6 +58,7 @@ _STATUS = {
     Code.IDEMPOTENCY_KEY_MISMATCH: grpc.StatusCode.ALREADY_EXISTS,
     Code.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
     Code.CONFLICT: grpc.StatusCode.FAILED_PRECONDITION,
+    Code.INTERNAL: grpc.StatusCode.INTERNAL,
 }
 
 
@@ -132,7 +139,7 @@ class ShellwardServicer(pb_grpc.ShellwardServicer):
     def CallTool(self, request: pb.CallToolRequest, context: grpc.ServicerContext) -> pb.ToolResult:
         tool_request = ToolRequest(
             tool=request.tool,
-            arguments=MessageToDict(request.arguments),
+            arguments=_unary(context, lambda: _tool_arguments(request)),
             cwd=request.cwd,
             timeout_seconds=request.timeout_seconds,
             run_id=request.run_id,
@@ -171,7 +178,7 @@ class ShellwardServicer(pb_grpc.ShellwardServicer):
     def GetCall(self, request: pb.GetCallRequest, context: grpc.ServicerContext) -> pb.LedgerEntry:
         entry = _unary(
             context,
-            lambda: self._runtime.get_call(request.call_id, request.run_id, request.step_id),
+            lambda: self._runtime.show_call(request.call_id, request.run_id, request.step_id),
         )
         return _wire.entry_to_wire(entry)
 
@@ -200,6 +207,7 @@ class ShellwardServicer(pb_grpc.ShellwardServicer):
             rule_sources=self._rules.sources,
             tcp_address=info.config.tcp or "",
             workspace_status=self._runtime.workspace_status(),
+            tool_servers=self._runtime.tool_servers(),
         )
         return _wire.daemon_status_to_wire(status)
 
@@ -227,7 +235,7 @@ def _stream(
         if event is closed:
             return
         if isinstance(event, Exception):
-            context.abort(grpc.StatusCode.INTERNAL, f"internal error: {event}; see the daemon log")
+            _abort(context, ShellwardError(f"internal error: {event}; see the daemon log"))
         if isinstance(event, CommandResult):
             yield pb.RunCommandEvent(result=_wire.result_to_wire(event))
             return
@@ -255,7 +263,28 @@ def _unary(context: grpc.ServicerContext, action: Callable[[], Any]) -> Any:
     try:
         return action()
     except ShellwardError as exc:
-        context.abort(_STATUS.get(exc.code, grpc.StatusCode.INTERNAL), exc.message)
+        _abort(context, exc)
+
+
+def _abort(context: grpc.ServicerContext, error: ShellwardError) -> None:
+    """End the RPC with ``error``: its gRPC status, its sentence, its domain code."""
+    context.set_trailing_metadata(((_wire.CODE_METADATA_KEY, error.code.value),))
+    context.abort(_STATUS.get(error.code, grpc.StatusCode.INTERNAL), error.message)
+
+
+def _tool_arguments(request: pb.CallToolRequest) -> dict[str, Any]:
+    """The tool's arguments: the JSON text as sent, or an older client's Struct."""
+    if not request.arguments_json:
+        return MessageToDict(request.arguments)
+    try:
+        arguments = json.loads(request.arguments_json)
+    except ValueError as exc:
+        raise InvalidArgument(f"arguments_json is not valid JSON: {exc}") from exc
+    if not isinstance(arguments, dict):
+        raise InvalidArgument(
+            f"arguments_json must be a JSON object, got {type(arguments).__name__}"
+        )
+    return arguments
 
 
 def _command_request(request: pb.RunCommandRequest) -> CommandRequest:
@@ -385,8 +414,7 @@ class Listeners:
 
 
 def _prepare_socket(path: Path) -> None:
-    """Create the socket's private directory; refuse to steal a live daemon's socket."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    """Refuse to steal a live daemon's socket (its directory was checked at start-up)."""
     if not path.exists():
         return
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

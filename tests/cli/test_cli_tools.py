@@ -181,3 +181,9 @@ def test_a_tool_whose_description_changed_is_flagged(
         lambda: _rows(shellward_process("tools").stdout)["biz.send_email"][6] == "CHANGED",
         timeout=10,
     )
+
+
+def test_status_shows_the_tool_servers(shellward_process: Shellward) -> None:
+    done = shellward_process("status")
+    assert done.returncode == 0, done.stderr
+    assert "tool server: biz (running, started 1 time(s))" in done.stdout.decode()

@@ -123,3 +123,11 @@ def test_show_unknown_id_is_a_clear_error(shellward: Shellward) -> None:
     assert outcome.code == 1 and outcome.out == ""
     assert outcome.err.startswith("shellward: no call '0000dead-")
     assert "shellward ledger" in outcome.err and "Traceback" not in outcome.err
+
+
+def test_show_prints_the_call_history(shellward: Shellward, recorded: list[CommandResult]) -> None:
+    outcome = shellward("show", recorded[1].call_id)
+    history = outcome.out.split("history\n", 1)[1].splitlines()
+    assert [line.split()[2] for line in history] == ["planned", "started", "failed"]
+    shown = json.loads(shellward("show", recorded[1].call_id, "--json").out)
+    assert [step["status"] for step in shown["transitions"]] == ["planned", "started", "failed"]

@@ -20,11 +20,9 @@ from shellwardd.filetools import (
     TEMP_SUFFIX,
     EntryKind,
     FileWritePlan,
-    WriteState,
     _beneath,
     apply_write,
     check_path,
-    check_write,
     list_files,
     plan_patch,
     plan_write,
@@ -239,9 +237,6 @@ def test_a_file_with_another_hard_link_is_neither_read_nor_written(
         plan_patch(workspace, "innocent.txt", "@@ -1 +1 @@\n-top secret\n+x\n", None)
     with pytest.raises(PermissionDenied, match="hard links"):
         apply_write(workspace, FileWritePlan("innocent.txt", "", sha(b"x"), b"x"))
-    assert check_write(workspace, FileWritePlan("innocent.txt", "", sha(b"x"), b"x")) is (
-        WriteState.CONFLICT
-    )
     assert (outside / "secret").read_text() == "top secret\n"
     assert (workspace / "innocent.txt").read_text() == "top secret\n"
 
@@ -612,7 +607,6 @@ def test_apply_write_failure_leaves_the_original_and_no_temp_file(
     monkeypatch.undo()
     assert target.read_bytes() == b"original\n"
     assert temp_files(workspace) == []
-    assert check_write(workspace, plan) is WriteState.APPLICABLE
 
 
 def test_apply_write_refuses_a_plan_whose_path_now_escapes(workspace: Path, outside: Path) -> None:
@@ -623,32 +617,6 @@ def test_apply_write_refuses_a_plan_whose_path_now_escapes(workspace: Path, outs
     assert not (outside / "f.txt").exists()
 
 
-# --- check_write -------------------------------------------------------------------------
-
-
-def test_check_write_three_states(workspace: Path) -> None:
-    target = workspace / "f.txt"
-    target.write_bytes(b"before\n")
-    plan = plan_write(workspace, "f.txt", b"after\n", sha(b"before\n"))
-    assert check_write(workspace, plan) is WriteState.APPLICABLE
-    apply_write(workspace, plan)
-    assert check_write(workspace, plan) is WriteState.ALREADY_APPLIED
-    target.write_bytes(b"someone else\n")
-    assert check_write(workspace, plan) is WriteState.CONFLICT
-
-
-def test_check_write_of_a_new_file(workspace: Path) -> None:
-    plan = plan_write(workspace, "new.txt", b"x", "")
-    assert check_write(workspace, plan) is WriteState.APPLICABLE
-    (workspace / "new.txt").mkdir()  # something else now stands where the file would go
-    assert check_write(workspace, plan) is WriteState.CONFLICT
-    (workspace / "new.txt").rmdir()
-    apply_write(workspace, plan)
-    assert check_write(workspace, plan) is WriteState.ALREADY_APPLIED
-    (workspace / "new.txt").unlink()
-    assert check_write(workspace, plan) is WriteState.APPLICABLE
-
-
 def test_a_patch_round_trip_from_read_to_replay(workspace: Path) -> None:
     (workspace / "app.py").write_bytes(b"def f():\n    return 1\n")
     read = read_file(workspace, "app.py")
@@ -656,6 +624,6 @@ def test_a_patch_round_trip_from_read_to_replay(workspace: Path) -> None:
     plan = plan_patch(workspace, "app.py", patch, read.hash)
     apply_write(workspace, plan)
     assert read_file(workspace, "app.py").content == b"def f():\n    return 2\n"
-    assert check_write(workspace, plan) is WriteState.ALREADY_APPLIED
+    assert read_file(workspace, "app.py").hash == plan.after_hash
     with pytest.raises(Conflict):  # the same patch again, on the old base hash
         plan_patch(workspace, "app.py", patch, read.hash)

@@ -307,7 +307,7 @@ class FileEffect(_message.Message):
     def __init__(self, path: _Optional[str] = ..., kind: _Optional[_Union[EffectKind, str]] = ..., before_hash: _Optional[str] = ..., after_hash: _Optional[str] = ..., size: _Optional[int] = ..., renamed_from: _Optional[str] = ..., from_rescan: _Optional[bool] = ...) -> None: ...
 
 class LedgerEntry(_message.Message):
-    __slots__ = ("call_id", "run_id", "step_id", "tool_name", "input_hash", "status", "idempotency", "replay_policy", "idempotency_key", "command", "cwd", "workspace", "verdict", "file_effects", "network_granted", "exit_code", "code", "content", "stdout", "stderr", "timeout_seconds", "created_at", "started_at", "finished_at", "unexpected_writes", "effects_from_rescan", "note", "input_json", "effects_recorded", "output_json")
+    __slots__ = ("call_id", "run_id", "step_id", "tool_name", "input_hash", "status", "idempotency", "replay_policy", "idempotency_key", "command", "cwd", "workspace", "verdict", "file_effects", "network_granted", "exit_code", "code", "content", "stdout", "stderr", "timeout_seconds", "created_at", "started_at", "finished_at", "unexpected_writes", "effects_from_rescan", "note", "input_json", "effects_recorded", "output_json", "transitions")
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     STEP_ID_FIELD_NUMBER: _ClassVar[int]
@@ -338,6 +338,7 @@ class LedgerEntry(_message.Message):
     INPUT_JSON_FIELD_NUMBER: _ClassVar[int]
     EFFECTS_RECORDED_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_JSON_FIELD_NUMBER: _ClassVar[int]
+    TRANSITIONS_FIELD_NUMBER: _ClassVar[int]
     call_id: str
     run_id: str
     step_id: str
@@ -368,7 +369,18 @@ class LedgerEntry(_message.Message):
     input_json: str
     effects_recorded: bool
     output_json: str
-    def __init__(self, call_id: _Optional[str] = ..., run_id: _Optional[str] = ..., step_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., input_hash: _Optional[str] = ..., status: _Optional[_Union[CallStatus, str]] = ..., idempotency: _Optional[_Union[Idempotency, str]] = ..., replay_policy: _Optional[_Union[ReplayPolicy, str]] = ..., idempotency_key: _Optional[str] = ..., command: _Optional[str] = ..., cwd: _Optional[str] = ..., workspace: _Optional[str] = ..., verdict: _Optional[_Union[Verdict, _Mapping]] = ..., file_effects: _Optional[_Iterable[_Union[FileEffect, _Mapping]]] = ..., network_granted: _Optional[bool] = ..., exit_code: _Optional[int] = ..., code: _Optional[str] = ..., content: _Optional[str] = ..., stdout: _Optional[_Union[CapturedOutput, _Mapping]] = ..., stderr: _Optional[_Union[CapturedOutput, _Mapping]] = ..., timeout_seconds: _Optional[float] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., unexpected_writes: _Optional[bool] = ..., effects_from_rescan: _Optional[bool] = ..., note: _Optional[str] = ..., input_json: _Optional[str] = ..., effects_recorded: _Optional[bool] = ..., output_json: _Optional[str] = ...) -> None: ...
+    transitions: _containers.RepeatedCompositeFieldContainer[Transition]
+    def __init__(self, call_id: _Optional[str] = ..., run_id: _Optional[str] = ..., step_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., input_hash: _Optional[str] = ..., status: _Optional[_Union[CallStatus, str]] = ..., idempotency: _Optional[_Union[Idempotency, str]] = ..., replay_policy: _Optional[_Union[ReplayPolicy, str]] = ..., idempotency_key: _Optional[str] = ..., command: _Optional[str] = ..., cwd: _Optional[str] = ..., workspace: _Optional[str] = ..., verdict: _Optional[_Union[Verdict, _Mapping]] = ..., file_effects: _Optional[_Iterable[_Union[FileEffect, _Mapping]]] = ..., network_granted: _Optional[bool] = ..., exit_code: _Optional[int] = ..., code: _Optional[str] = ..., content: _Optional[str] = ..., stdout: _Optional[_Union[CapturedOutput, _Mapping]] = ..., stderr: _Optional[_Union[CapturedOutput, _Mapping]] = ..., timeout_seconds: _Optional[float] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., unexpected_writes: _Optional[bool] = ..., effects_from_rescan: _Optional[bool] = ..., note: _Optional[str] = ..., input_json: _Optional[str] = ..., effects_recorded: _Optional[bool] = ..., output_json: _Optional[str] = ..., transitions: _Optional[_Iterable[_Union[Transition, _Mapping]]] = ...) -> None: ...
+
+class Transition(_message.Message):
+    __slots__ = ("at", "status", "detail")
+    AT_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    at: _timestamp_pb2.Timestamp
+    status: CallStatus
+    detail: str
+    def __init__(self, at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., status: _Optional[_Union[CallStatus, str]] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class ClassifyRequest(_message.Message):
     __slots__ = ("command", "cwd")
@@ -415,7 +427,7 @@ class GetStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("version", "socket", "state_dir", "ledger_path", "sandbox_enabled", "sandbox_detail", "workspaces", "running_calls", "uptime_seconds", "workspace_status", "rule_sources", "tcp_address")
+    __slots__ = ("version", "socket", "state_dir", "ledger_path", "sandbox_enabled", "sandbox_detail", "workspaces", "running_calls", "uptime_seconds", "workspace_status", "rule_sources", "tcp_address", "tool_servers")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     SOCKET_FIELD_NUMBER: _ClassVar[int]
     STATE_DIR_FIELD_NUMBER: _ClassVar[int]
@@ -428,6 +440,7 @@ class StatusResponse(_message.Message):
     WORKSPACE_STATUS_FIELD_NUMBER: _ClassVar[int]
     RULE_SOURCES_FIELD_NUMBER: _ClassVar[int]
     TCP_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    TOOL_SERVERS_FIELD_NUMBER: _ClassVar[int]
     version: str
     socket: str
     state_dir: str
@@ -440,7 +453,24 @@ class StatusResponse(_message.Message):
     workspace_status: _containers.RepeatedCompositeFieldContainer[WorkspaceStatus]
     rule_sources: _containers.RepeatedScalarFieldContainer[str]
     tcp_address: str
-    def __init__(self, version: _Optional[str] = ..., socket: _Optional[str] = ..., state_dir: _Optional[str] = ..., ledger_path: _Optional[str] = ..., sandbox_enabled: _Optional[bool] = ..., sandbox_detail: _Optional[str] = ..., workspaces: _Optional[_Iterable[str]] = ..., running_calls: _Optional[int] = ..., uptime_seconds: _Optional[float] = ..., workspace_status: _Optional[_Iterable[_Union[WorkspaceStatus, _Mapping]]] = ..., rule_sources: _Optional[_Iterable[str]] = ..., tcp_address: _Optional[str] = ...) -> None: ...
+    tool_servers: _containers.RepeatedCompositeFieldContainer[ToolServerStatus]
+    def __init__(self, version: _Optional[str] = ..., socket: _Optional[str] = ..., state_dir: _Optional[str] = ..., ledger_path: _Optional[str] = ..., sandbox_enabled: _Optional[bool] = ..., sandbox_detail: _Optional[str] = ..., workspaces: _Optional[_Iterable[str]] = ..., running_calls: _Optional[int] = ..., uptime_seconds: _Optional[float] = ..., workspace_status: _Optional[_Iterable[_Union[WorkspaceStatus, _Mapping]]] = ..., rule_sources: _Optional[_Iterable[str]] = ..., tcp_address: _Optional[str] = ..., tool_servers: _Optional[_Iterable[_Union[ToolServerStatus, _Mapping]]] = ...) -> None: ...
+
+class ToolServerStatus(_message.Message):
+    __slots__ = ("name", "running", "starts", "failures", "retry_in", "last_error")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
+    STARTS_FIELD_NUMBER: _ClassVar[int]
+    FAILURES_FIELD_NUMBER: _ClassVar[int]
+    RETRY_IN_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    running: bool
+    starts: int
+    failures: int
+    retry_in: float
+    last_error: str
+    def __init__(self, name: _Optional[str] = ..., running: _Optional[bool] = ..., starts: _Optional[int] = ..., failures: _Optional[int] = ..., retry_in: _Optional[float] = ..., last_error: _Optional[str] = ...) -> None: ...
 
 class WorkspaceStatus(_message.Message):
     __slots__ = ("root", "state", "files_done", "files_total", "note")
@@ -527,7 +557,7 @@ class ApproveRequest(_message.Message):
     def __init__(self, call_id: _Optional[str] = ..., approve: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class CallToolRequest(_message.Message):
-    __slots__ = ("tool", "arguments", "run_id", "step_id", "cwd", "timeout_seconds", "user")
+    __slots__ = ("tool", "arguments", "run_id", "step_id", "cwd", "timeout_seconds", "user", "arguments_json")
     TOOL_FIELD_NUMBER: _ClassVar[int]
     ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
@@ -535,6 +565,7 @@ class CallToolRequest(_message.Message):
     CWD_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     USER_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_JSON_FIELD_NUMBER: _ClassVar[int]
     tool: str
     arguments: _struct_pb2.Struct
     run_id: str
@@ -542,7 +573,8 @@ class CallToolRequest(_message.Message):
     cwd: str
     timeout_seconds: float
     user: str
-    def __init__(self, tool: _Optional[str] = ..., arguments: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., run_id: _Optional[str] = ..., step_id: _Optional[str] = ..., cwd: _Optional[str] = ..., timeout_seconds: _Optional[float] = ..., user: _Optional[str] = ...) -> None: ...
+    arguments_json: str
+    def __init__(self, tool: _Optional[str] = ..., arguments: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., run_id: _Optional[str] = ..., step_id: _Optional[str] = ..., cwd: _Optional[str] = ..., timeout_seconds: _Optional[float] = ..., user: _Optional[str] = ..., arguments_json: _Optional[str] = ...) -> None: ...
 
 class ToolResult(_message.Message):
     __slots__ = ("ok", "code", "content", "metadata", "output", "data", "file_effects", "idempotency_key", "output_json", "data_total_bytes", "data_truncated", "data_sha256")

@@ -14,19 +14,10 @@ from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
 from shellward.types import ArgumentKind, Idempotency, ReplayPolicy
+from shellwardd.errors import RuleFileError
 from shellwardd.tomlfile import Block, TomlFile
 
 from .scripts import READERS
-
-
-class RuleFileError(Exception):
-    """A rule file that cannot be used; ``str()`` is ``path:line: message``."""
-
-    def __init__(self, path: str, line: int, message: str) -> None:
-        super().__init__(f"{path}:{line}: {message}")
-        self.path = path
-        self.line = line
-        self.message = message
 
 
 class Role(enum.Enum):

@@ -3,9 +3,8 @@
 Pure domain code over the filesystem: no gRPC, no ledger. A write happens in two steps so
 the runtime can record it like a command: :func:`plan_write` or :func:`plan_patch` computes
 a :class:`FileWritePlan` (the file's hash before and after, and the new content) without
-touching the workspace, and :func:`apply_write` carries it out atomically. On replay,
-:func:`check_write` tells from the file's hash now whether the plan already took effect,
-may be applied, or meets someone else's change.
+touching the workspace, and :func:`apply_write` carries it out atomically. A replay is
+checked like a command's, against the file effects the write detector recorded.
 
 Every path is resolved from a descriptor of the workspace root, never by name from ``/``,
 and no symlink is followed, so however the workspace changes under a tool (a sandboxed process
@@ -34,9 +33,7 @@ from ._tools import (
     FileListing,
     FileRead,
     FileWritePlan,
-    WriteState,
     apply_write,
-    check_write,
     list_files,
     plan_patch,
     plan_write,
@@ -52,10 +49,8 @@ __all__ = [
     "FileListing",
     "FileRead",
     "FileWritePlan",
-    "WriteState",
     "apply_write",
     "check_path",
-    "check_write",
     "list_files",
     "plan_patch",
     "plan_write",

@@ -32,7 +32,6 @@ from shellwardd.errors import (
     InvalidArgument,
     NotFound,
     PermissionDenied,
-    ShellwardError,
     Unavailable,
 )
 from shellwardd.watch.hashing import HASH_PREFIX, bytes_hash
@@ -93,14 +92,6 @@ class FileWritePlan:
     before_hash: str
     after_hash: str
     content: bytes = field(repr=False)
-
-
-class WriteState(enum.Enum):
-    """Where a planned write stands against the workspace now (for replay)."""
-
-    ALREADY_APPLIED = "already_applied"
-    APPLICABLE = "applicable"
-    CONFLICT = "conflict"
 
 
 # --- opening -----------------------------------------------------------------------------
@@ -456,17 +447,3 @@ def _replace(parent: int, name: str, content: bytes, mode: int | None) -> None:
             os.unlink(temp, dir_fd=parent)
         raise
     os.fsync(parent)
-
-
-def check_write(workspace: Path, plan: FileWritePlan) -> WriteState:
-    """Whether ``plan`` already took effect, may be applied, or meets a file changed since."""
-    location = locate(workspace, plan.path)
-    try:
-        current = _hash_now(workspace, location)
-    except ShellwardError:
-        return WriteState.CONFLICT  # a symlink, a directory... where the file should be
-    if current == plan.after_hash:
-        return WriteState.ALREADY_APPLIED
-    if current == plan.before_hash:
-        return WriteState.APPLICABLE
-    return WriteState.CONFLICT

@@ -59,6 +59,7 @@ from pathlib import Path
 from typing import Literal
 
 from shellward.types import EffectKind, FileEffect
+from shellwardd.errors import WatchError
 
 from .effects import diff, dir_effects
 from .gate import CallGate
@@ -81,10 +82,6 @@ _NOTE_OVERFLOW = "inotify queue overflowed: effects come from a full stat scan o
 _NOTE_TIMEOUT = "watch barrier timed out: effects come from a full stat scan of the workspace"
 _NOTE_WATCH_LIMIT = "inotify watch limit reached: falling back to stat scans"
 _NOTE_OVERLAP = "ran at the same time as other calls: effects may include their writes"
-
-
-class WatchError(Exception):
-    """The write detector cannot answer for this workspace."""
 
 
 class IndexNotReady(WatchError, TimeoutError):
@@ -262,18 +259,6 @@ class WorkspaceMonitor:
         self._barrier(None, opening=True)
         with self._index_lock:
             self._flush_external(None)
-
-    def rescan(self) -> None:
-        """Compare the whole workspace with the index by stat, as after lost events."""
-        self._require_ready()
-        self._gate.acquire(exclusive=True)
-        try:
-            with self._lock:
-                self._synced_overflows = -1
-            with self._index_lock:
-                self._flush_external(None)
-        finally:
-            self._gate.release(exclusive=True)
 
     def snapshot(self) -> dict[str, IndexEntry]:
         """A copy of the index (for tests and diagnostics: it costs a pass over it)."""

@@ -1,0 +1,360 @@
+"""One call's life cycle, written once: plan, record, start (durably), execute, finish.
+
+Choices, and why
+- **Kinds supply only what differs.** A command, a built-in file tool and a business
+  (MCP) tool differ in how a request is checked and what it does; they share everything
+  else. A :class:`Kind` turns a request into a :class:`Plan` (its entry, verdict, the work,
+  whether it may write, and the approval sentence of a first run) or, for an approved call,
+  its recorded entry back into an :class:`Execution`. The order of things is here alone.
+- **A bracket.** :meth:`Lifecycle.run` takes the workspace (the write detector's window,
+  exclusive for a call that may write) and the call's slot among the running calls in one
+  ``ExitStack``: whatever fails after a step, each taken thing is released, in reverse
+  order. Once the call is recorded it is always finished: a failure before ``started`` is a
+  ``failed`` row (nothing ran); a failure of the work itself is ``uncertain`` (it may have
+  run); a final record that fails is retried as ``uncertain`` without its output (what did
+  not fit), so the answer and the row agree.
+- **Started before the effect.** ``started`` is committed (fsync'd) before the work runs;
+  if that commit fails, nothing ran and the answer says so.
+- **Errors are the daemon's tree.** A kind raises :class:`~shellwardd.errors.ShellwardError`
+  for anything the caller can fix or wait out; before the record that is a ``failed`` row
+  with the error's code and sentence. A busy or failing ledger before the record leaves
+  here as :class:`~shellwardd.errors.LedgerError`: nothing was recorded, nothing ran.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+from shellward.types import (
+    CallStatus,
+    Code,
+    CommandResult,
+    Idempotency,
+    LedgerEntry,
+    OutputChunk,
+    ReplayPolicy,
+    Verdict,
+)
+from shellwardd import outcomes, requests
+from shellwardd.errors import LedgerError, PermissionDenied, ShellwardError, Unavailable
+from shellwardd.ledger import Ledger
+from shellwardd.outcomes import reconcile, result_from_entry
+from shellwardd.requests import ToolRequest
+from shellwardd.watch import CallEffects, CallWatch, WorkspaceMonitor
+
+log = logging.getLogger("shellwardd.calls")
+
+
+class CallListener(Protocol):
+    """Receives a call's events as they happen (the server streams them)."""
+
+    def accepted(self, call_id: str, verdict: Verdict) -> None: ...
+
+    def output(self, chunk: OutputChunk) -> None: ...
+
+
+class Silent:
+    """The listener of a call nobody streams (one run after its approval)."""
+
+    def accepted(self, call_id: str, verdict: Verdict) -> None:
+        pass
+
+    def output(self, chunk: OutputChunk) -> None:
+        pass
+
+
+# The effect itself: (the started entry, a cancel flag, the listener) → the final entry.
+Work = Callable[[LedgerEntry, threading.Event, CallListener], LedgerEntry]
+
+
+@dataclass(frozen=True)
+class Execution:
+    """What a call does, and how it is watched."""
+
+    work: Work
+    exclusive: bool  # may write: runs alone in its workspace (inotify cannot tell writers apart)
+    watch: bool = True  # False: the effect is outside any workspace (a business tool)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A new attempt, checked and ready to record."""
+
+    entry: LedgerEntry  # where and how it runs (cwd, workspace, timeout, input_json, ...)
+    verdict: Verdict
+    execution: Execution
+    # Non-empty: why a human must approve the first run (the model reads it, then how to ask).
+    approval: str = ""
+
+
+class Kind(Protocol):
+    """What differs between a command, a file tool and a business tool."""
+
+    def parse(self, input_json: str) -> Any:
+        """The request recorded as ``input_json`` (for a replay)."""
+
+    def input_hash(self, request: Any) -> str: ...
+
+    def planned(self, call_id: str, input_hash: str, request: Any) -> LedgerEntry:
+        """The entry before any check (what a refusal records)."""
+
+    def plan(self, entry: LedgerEntry, request: Any) -> Plan:
+        """Check the request and prepare its work; ShellwardError if it cannot run."""
+
+    def resume(self, entry: LedgerEntry) -> Execution:
+        """The work of a recorded (approved) call; ShellwardError if it cannot run now."""
+
+
+class ToolRequests:
+    """The request side the tool kinds share (a command has its own)."""
+
+    def parse(self, input_json: str) -> ToolRequest:
+        return requests.tool_from_json(input_json)
+
+    def input_hash(self, request: ToolRequest) -> str:
+        return requests.tool_input_hash(request)
+
+
+def planned_entry(
+    call_id: str,
+    input_hash: str,
+    request: Any,
+    tool_name: str,
+    command: str,
+    verdict: Verdict | None = None,
+) -> LedgerEntry:
+    """A new attempt's entry before its checks: the strictest verdict unless one is known."""
+    return LedgerEntry(
+        call_id=call_id,
+        run_id=request.run_id,
+        step_id=request.step_id,
+        tool_name=tool_name,
+        input_hash=input_hash,
+        status=CallStatus.PLANNED,
+        idempotency=verdict.idempotency if verdict else Idempotency.NON_IDEMPOTENT,
+        replay_policy=verdict.replay_policy if verdict else ReplayPolicy.NEVER,
+        verdict=verdict,
+        command=command,
+        cwd=request.cwd,
+        created_at=time.time(),
+    )
+
+
+class Tracker:
+    """The calls in flight: each one's cancel flag, and a condition notified whenever a call
+    reaches a final state (for WaitCall and the drain at shutdown)."""
+
+    def __init__(self) -> None:
+        self.changed = threading.Condition()
+        self.accepting = True
+        self._running: dict[str, threading.Event] = {}
+
+    @property
+    def count(self) -> int:
+        with self.changed:
+            return len(self._running)
+
+    def check_accepting(self) -> None:
+        if not self.accepting:
+            raise Unavailable("the daemon is shutting down; retry once it is back")
+
+    @contextlib.contextmanager
+    def running(self, call_id: str) -> Iterator[threading.Event]:
+        cancel = threading.Event()
+        with self.changed:
+            self._running[call_id] = cancel
+        try:
+            yield cancel
+        finally:
+            with self.changed:
+                del self._running[call_id]
+                self.changed.notify_all()
+
+    def notify(self) -> None:
+        with self.changed:
+            self.changed.notify_all()
+
+    def drain(self, grace_period: float) -> int:
+        """Wait up to ``grace_period`` for running calls, then cancel the rest and wait for
+        them to be recorded. Returns how many were cancelled."""
+        deadline = time.monotonic() + grace_period
+        with self.changed:
+            while self._running and time.monotonic() < deadline:
+                self.changed.wait(timeout=max(deadline - time.monotonic(), 0.01))
+            cancelled = list(self._running.values())
+            for cancel in cancelled:
+                cancel.set()
+            while self._running:
+                self.changed.wait(timeout=1.0)
+        return len(cancelled)
+
+
+class _Window:
+    """A call's watch window on its workspace; closing it twice is a no-op."""
+
+    def __init__(self, monitor: WorkspaceMonitor, watch: CallWatch) -> None:
+        self._monitor = monitor
+        self._watch: CallWatch | None = watch
+
+    def close(self) -> CallEffects | None:
+        watch, self._watch = self._watch, None
+        return self._monitor.finish_call(watch) if watch is not None else None
+
+
+class Lifecycle:
+    def __init__(
+        self, ledger: Ledger, monitors: Mapping[Path, WorkspaceMonitor], tracker: Tracker
+    ) -> None:
+        self._ledger = ledger
+        self._monitors = monitors
+        self._tracker = tracker
+
+    def attempt(
+        self,
+        kind: Kind,
+        call_id: str,
+        input_hash: str,
+        request: Any,
+        listener: CallListener,
+        approval: tuple[Code, str] | None = None,
+    ) -> CommandResult:
+        """A new attempt: check, record; then run, or wait for a human when ``approval``
+        (code, sentence) says so or the kind asks for a first-run approval."""
+        entry = kind.planned(call_id, input_hash, request)
+        try:
+            self._tracker.check_accepting()
+            plan = kind.plan(entry, request)
+        except ShellwardError as exc:
+            refused = outcomes.not_started(entry, exc, time.time())
+            self._ledger.record(refused, f"refused before start: {exc.code.value}")
+            log.info("call refused", extra={"call_id": call_id, "code": exc.code.value})
+            return result_from_entry(refused)
+        verdict = plan.verdict
+        entry = replace(
+            plan.entry, verdict=verdict, idempotency=verdict.idempotency,
+            replay_policy=verdict.replay_policy,
+        )  # fmt: skip
+        if approval is None and plan.approval:
+            approval = (Code.NEEDS_APPROVAL, outcomes.ask_approval(call_id, plan.approval))
+        if approval is not None:
+            code, content = approval
+            entry = replace(entry, status=CallStatus.PENDING_APPROVAL, code=code, content=content)
+            self._ledger.record(entry, f"waits for a human: {code.value}")
+            listener.accepted(call_id, verdict)
+            return result_from_entry(entry)
+        self._ledger.record(entry)
+        listener.accepted(call_id, verdict)
+        return self.run(entry, plan.execution, listener)
+
+    def resume(self, kind: Kind, entry: LedgerEntry) -> CommandResult:
+        """Run a recorded call a human approved."""
+        try:
+            execution = kind.resume(entry)
+        except ShellwardError as exc:
+            return self._not_started(entry, exc)
+        return self.run(entry, execution, Silent())
+
+    def run(
+        self, entry: LedgerEntry, execution: Execution, listener: CallListener
+    ) -> CommandResult:
+        """The bracket: take the workspace and a running slot, record ``started``, do the
+        work, record the end; release what was taken whatever happens."""
+        with contextlib.ExitStack() as taken:
+            try:
+                window = self._open_window(entry, execution, taken)
+                cancel = taken.enter_context(self._tracker.running(entry.call_id))
+                started_at = time.time()
+                self._ledger.mark_started(entry.call_id, started_at)
+            except LedgerError as exc:
+                return self._not_started(entry, Unavailable(outcomes.ledger_busy(exc.message)))
+            except ShellwardError as exc:
+                return self._not_started(entry, exc)
+            started = replace(entry, status=CallStatus.STARTED, started_at=started_at)
+            final = self._execute(execution, started, cancel, listener, window)
+            return self._finish(final)
+
+    def _open_window(
+        self, entry: LedgerEntry, execution: Execution, taken: contextlib.ExitStack
+    ) -> _Window | None:
+        if not execution.watch:
+            return None
+        monitor = self._monitors.get(Path(entry.workspace))
+        if monitor is None:
+            raise PermissionDenied(
+                f"{entry.workspace} is no longer one of the daemon's workspaces; nothing ran."
+            )
+        try:
+            watch = monitor.begin_call(exclusive=execution.exclusive, timeout=entry.timeout_seconds)
+        except TimeoutError as exc:  # IndexNotReady too: still indexing
+            progress = monitor.progress()
+            raise Unavailable(
+                outcomes.workspace_busy(entry, progress.files_done, progress.files_total)
+            ) from exc
+        except ShellwardError as exc:  # WatchError: the index failed
+            log.error("workspace cannot be watched", extra={"call_id": entry.call_id,
+                                                            "problem": exc.message})  # fmt: skip
+            raise Unavailable(outcomes.unwatchable(entry, exc.message)) from exc
+        window = _Window(monitor, watch)
+        taken.callback(window.close)
+        return window
+
+    def _execute(
+        self,
+        execution: Execution,
+        started: LedgerEntry,
+        cancel: threading.Event,
+        listener: CallListener,
+        window: _Window | None,
+    ) -> LedgerEntry:
+        """Do the work and observe its effects; never raises."""
+        try:
+            final = execution.work(started, cancel, listener)
+        except Exception:
+            log.exception("a call's work failed", extra={"call_id": started.call_id})
+            final = outcomes.crashed(started, time.time())
+        if window is None:
+            return final
+        try:
+            effects = window.close()
+        except Exception:
+            log.exception("the write detector failed", extra={"call_id": started.call_id})
+            note = "the write detector failed: the file effects are unknown"
+            return replace(final, note="; ".join(filter(None, [final.note, note])))
+        return reconcile(final, effects) if effects is not None else final
+
+    def _finish(self, final: LedgerEntry) -> CommandResult:
+        try:
+            self._ledger.finish(final)
+        except LedgerError as exc:
+            log.error("final record failed", extra={"call_id": final.call_id,
+                                                    "problem": exc.message})  # fmt: skip
+            final = outcomes.unrecorded(final, exc.message)
+            try:
+                self._ledger.finish(final, "the final record failed")
+            except LedgerError:
+                # The row stays ``started``: the next start-up makes it uncertain, which
+                # is what this answer says.
+                log.exception("uncertain record failed too", extra={"call_id": final.call_id})
+        started_at = final.started_at or final.created_at
+        log.info(
+            "call finished",
+            extra={"call_id": final.call_id, "tool": final.tool_name,
+                   "status": final.status.value, "code": final.code.value,
+                   "exit_code": final.exit_code,
+                   "duration": round((final.finished_at or started_at) - started_at, 3)},
+        )  # fmt: skip
+        return result_from_entry(final)
+
+    def _not_started(self, entry: LedgerEntry, error: ShellwardError) -> CommandResult:
+        """A recorded call that could not start: nothing ran."""
+        final = outcomes.not_started(entry, error, time.time())
+        self._ledger.finish(final, f"not started: {error.code.value}")
+        self._tracker.notify()
+        return result_from_entry(final)
