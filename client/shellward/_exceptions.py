@@ -18,11 +18,25 @@ outcomes (a failing command, a timeout, a refused replay) are not exceptions: th
 
 from __future__ import annotations
 
+from typing import Any
+
 import grpc
 import grpc.aio
 
-from shellward._wire import code_from_metadata
 from shellward.types import Code
+
+# Trailing metadata of a failed unary RPC: the daemon's domain code (a ``Code`` value).
+# Defined here, where it is read; the daemon writes it through ``shellward._wire``.
+CODE_METADATA_KEY = "shellward-code"
+
+
+def code_from_metadata(metadata: Any) -> Code | None:
+    """The daemon's domain code in an RPC's trailing metadata, if it sent one."""
+    for key, value in metadata or ():
+        if key == CODE_METADATA_KEY:
+            text = value.decode() if isinstance(value, bytes) else value
+            return next((code for code in Code if code.value == text), None)
+    return None
 
 
 class ShellwardError(Exception):

@@ -15,11 +15,9 @@ from google.protobuf.struct_pb2 import Struct
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from shellward import types as t
+from shellward._exceptions import CODE_METADATA_KEY as CODE_METADATA_KEY  # the daemon sends it
 from shellward._exceptions import ProtocolError
 from shellward.v1 import shellward_pb2 as pb
-
-# Trailing metadata of a failed unary RPC: the daemon's domain code (a ``Code`` value).
-CODE_METADATA_KEY = "shellward-code"
 
 # Enum tables: one place maps each domain enum to its wire enum and back.
 _IDEMPOTENCY: dict[t.Idempotency, Any] = {
@@ -522,12 +520,3 @@ def rule_check_from_wire(message: pb.RuleFileCheck) -> t.RuleFileCheck:
 
 
 _TOOL_SERVER_FIELDS = tuple(f.name for f in fields(t.ToolServerStatus))
-
-
-def code_from_metadata(metadata: Any) -> t.Code | None:
-    """The daemon's domain code in an RPC's trailing metadata, if it sent one."""
-    for key, value in metadata or ():
-        if key == CODE_METADATA_KEY:
-            text = value.decode() if isinstance(value, bytes) else value
-            return next((code for code in t.Code if code.value == text), None)
-    return None
