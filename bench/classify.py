@@ -4,7 +4,7 @@ Prints median and p99 per command (all commands, and those under 200 characters)
 ratio of classification to the bare ``bashlex.parse`` of the same strings, and the cost of
 the second parser's cross-check alone (tree-sitter-bash parse and walk). Targets: median
 <= 0.5 ms for commands under 200 characters (with the cross-check), classification <= 1.5x
-the bare parse (issue 3; set before the second parser existed).
+the bare parse (set before the second parser existed).
 
     .venv/bin/python bench/classify.py [--rounds N]
 """

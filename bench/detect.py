@@ -17,7 +17,7 @@ Every ratio is printed side by side, met or not. Workspaces are removed afterwar
 
     python bench/detect.py [--sizes 1000,10000,100000] [--calls 200]
 
-Targets (issue 4): empty-call overhead at the largest size / at the smallest ≤ 1.1;
+Targets: empty-call overhead at the largest size / at the smallest ≤ 1.1;
 post-processing ≤ 5 ms (100 files) and ≤ 100 ms (cp -r of 2,000 files); cold build /
 git hash-object ≤ 1.0; warm restart / git status ≤ 1.0; RSS with 100k files ≤ 150 MB.
 """

@@ -6,7 +6,7 @@ trip, the three ledger commits of a call, and the classification.
 
     python bench/overhead.py [--runs 300]
 
-Target (issue 2): median ratio daemon / bare ≤ 1.3.
+Target: median ratio daemon / bare ≤ 1.3.
 """
 
 from __future__ import annotations

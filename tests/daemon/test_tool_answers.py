@@ -7,7 +7,8 @@ import hashlib
 import json
 
 from shellward.types import CallStatus, Idempotency, LedgerEntry, ReplayPolicy
-from shellwardd.outcomes import captured, mcp_finished_entry
+from shellwardd.calls.mcp_tool import finished_entry
+from shellwardd.outcomes import captured
 from shellwardd.tools.classify import Source, ToolVerdict
 from shellwardd.tools.config import Trust
 from shellwardd.tools.mcp_client import OutcomeKind, ToolCallOutcome
@@ -37,7 +38,7 @@ def _finished(outcome: ToolCallOutcome) -> LedgerEntry:
         "c1", "", "", "biz.get", "h", CallStatus.STARTED, Idempotency.IDEMPOTENT,
         ReplayPolicy.AUTO,
     )  # fmt: skip
-    return mcp_finished_entry(entry, tool, outcome, None, 0.0, cap=CAP)
+    return finished_entry(entry, tool, outcome, None, 0.0, cap=CAP)
 
 
 def test_a_large_business_answer_is_stored_capped_in_every_column() -> None:
