@@ -72,7 +72,13 @@ def run(*, config: Config) -> int:
     """Serve until SIGTERM/SIGINT. Returns an exit code (EXIT_*)."""
     logs.configure(config.log_level, config.log_path)
 
-    sandbox = Sandbox(enabled=not config.no_sandbox)
+    sandbox = Sandbox(
+        enabled=not config.no_sandbox,
+        hidden=config.hidden,
+        git_writable=config.git_writable,
+        sandbox_uid=config.sandbox_uid,
+        state_dir=config.state_dir,
+    )
     try:
         sandbox.check()
     except ShellwardError as exc:
@@ -101,6 +107,11 @@ def run(*, config: Config) -> int:
     except LedgerError as exc:
         print(f"shellwardd: {exc}", file=sys.stderr)
         return EXIT_STATE
+    # Before calls are marked uncertain: end what they left running (a crashed predecessor's).
+    survivors = sandbox.reap()
+    if survivors:
+        log.warning("killed processes left running by a previous daemon",
+                    extra={"calls": survivors})  # fmt: skip
     recovered = ledger.recover_interrupted("the daemon restarted while the call ran")
     if recovered:
         log.warning("calls left running by a previous daemon are now uncertain",
@@ -158,6 +169,7 @@ def run(*, config: Config) -> int:
             rules.reload()
         runtime.expire_approvals()
     _shutdown(config, runtime, listeners, ledger, signals)
+    sandbox.close()
     for monitor in monitors.values():
         monitor.stop()
     if registry is not None:

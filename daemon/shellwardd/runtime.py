@@ -34,7 +34,7 @@ from shellward.types import (
 )
 from shellwardd import requests
 from shellwardd.builtin_tools import BUILTIN_TOOLS, BuiltinTool, Prepared
-from shellwardd.config import Config
+from shellwardd.config import Config, merge_limits
 from shellwardd.errors import (
     InvalidArgument,
     NotFound,
@@ -588,12 +588,12 @@ class Runtime:
                 env={**request.env, "SHELLWARD_CALL_ID": started.call_id},
                 network=started.network_granted,
                 timeout=started.timeout_seconds,
-                limits=request.limits or self._config.limits,
+                limits=merge_limits(self._config.limits, request.limits),
                 output_cap=self._config.output_cap_bytes,
                 hidden=(self._config.state_dir, self._config.socket.parent),
                 read_only=(workspace / COOKIE_DIR,),
             )
-            outcome = self._sandbox.run(spec, listener.output, cancel)
+            outcome = self._sandbox.run(spec, listener.output, cancel, call_id=started.call_id)
             return finished_entry(started, outcome, time.time())
 
         return self._started(entry, entry.idempotency is not Idempotency.IDEMPOTENT, work)

@@ -254,13 +254,15 @@ def _unary(context: grpc.ServicerContext, action: Callable[[], Any]) -> Any:
 def _command_request(request: pb.RunCommandRequest) -> CommandRequest:
     limits = None
     if request.HasField("limits"):
+        # 0 = not asked for; config.merge_limits keeps the operator's value for those.
         wire = request.limits
-        defaults = Limits()
         limits = Limits(
-            cpu_seconds=wire.cpu_seconds or defaults.cpu_seconds,
-            address_space_bytes=wire.address_space_bytes or defaults.address_space_bytes,
-            max_processes=wire.max_processes or defaults.max_processes,
-            file_size_bytes=wire.file_size_bytes or defaults.file_size_bytes,
+            cpu_seconds=wire.cpu_seconds,
+            address_space_bytes=wire.address_space_bytes,
+            max_processes=wire.max_processes,
+            file_size_bytes=wire.file_size_bytes,
+            memory_bytes=0,
+            tmp_bytes=0,
         )
     return CommandRequest(
         command=request.command,

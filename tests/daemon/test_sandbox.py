@@ -19,10 +19,11 @@ from shellwardd.sandbox import ProcessOutcome, Sandbox, SandboxSpec
 
 
 @pytest.fixture(scope="module")
-def sandbox() -> Sandbox:
+def sandbox() -> Iterator[Sandbox]:
     box = Sandbox()
     box.check()
-    return box
+    yield box
+    box.close()
 
 
 def run(
@@ -139,7 +140,7 @@ def test_cpu_limit(sandbox: Sandbox, workspace: Path) -> None:
 
 
 def test_secrets_and_hidden_paths(
-    sandbox: Sandbox, workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    workspace: Path, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     home = tmp_path / "home"
     (home / ".ssh").mkdir(parents=True)
@@ -150,6 +151,7 @@ def test_secrets_and_hidden_paths(
     (state / "ledger.sqlite3").write_text("ledger")
     box = Sandbox(home=home)
     box.check()
+    request.addfinalizer(box.close)
     outcome = run(
         box,
         workspace,
@@ -182,9 +184,10 @@ def test_without_bwrap_check_says_how_to_fix(
 ) -> None:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    prlimit = shutil.which("prlimit")
-    assert prlimit is not None
-    (bin_dir / "prlimit").symlink_to(prlimit)
+    for tool in ("prlimit", "setpriv"):
+        found = shutil.which(tool)
+        assert found is not None
+        (bin_dir / tool).symlink_to(found)
     monkeypatch.setenv("PATH", str(bin_dir))
     with pytest.raises(SandboxUnavailable, match=r"bwrap\) is not installed.*--no-sandbox"):
         Sandbox().check()
