@@ -402,6 +402,9 @@ def daemon_status_to_wire(status: t.DaemonStatus) -> pb.StatusResponse:
             )
             for w in status.workspace_status
         ],
+        containment=[
+            pb.ContainmentControl(control=c.control, state=c.state) for c in status.containment
+        ],
     )
 
 
@@ -427,6 +430,9 @@ def daemon_status_from_wire(message: pb.StatusResponse) -> t.DaemonStatus:
                 note=w.note,
             )
             for w in message.workspace_status
+        ),
+        containment=tuple(
+            t.ContainmentControl(control=c.control, state=c.state) for c in message.containment
         ),
     )
 

@@ -141,6 +141,7 @@ def run(*, config: Config) -> int:
         sandbox_enabled=sandbox.enabled,
         sandbox_detail=sandbox.detail,
         started_at=time.time(),
+        containment=sandbox.containment(config.limits),
     )
     try:
         listeners = Listeners(runtime, rules, info)

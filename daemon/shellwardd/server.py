@@ -26,7 +26,14 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from shellward import _wire
-from shellward.types import Code, CommandResult, DaemonStatus, OutputChunk, Verdict
+from shellward.types import (
+    Code,
+    CommandResult,
+    ContainmentControl,
+    DaemonStatus,
+    OutputChunk,
+    Verdict,
+)
 from shellward.v1 import shellward_pb2 as pb
 from shellward.v1 import shellward_pb2_grpc as pb_grpc
 from shellwardd.classifier import LiveRules
@@ -63,6 +70,7 @@ class DaemonInfo:
     sandbox_enabled: bool
     sandbox_detail: str
     started_at: float
+    containment: tuple[ContainmentControl, ...] = ()
 
 
 class ShellwardServicer(pb_grpc.ShellwardServicer):
@@ -193,6 +201,7 @@ class ShellwardServicer(pb_grpc.ShellwardServicer):
             rule_sources=self._rules.sources,
             tcp_address=info.config.tcp or "",
             workspace_status=self._runtime.workspace_status(),
+            containment=info.containment,
         )
         return _wire.daemon_status_to_wire(status)
 

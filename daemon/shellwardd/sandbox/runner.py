@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from shellward.types import CapturedOutput, OutputChunk, Stream
+from shellward.types import CapturedOutput, ContainmentControl, OutputChunk, Stream
 from shellwardd.config import DEFAULT_HIDDEN, Limits
 from shellwardd.errors import SandboxUnavailable
 from shellwardd.sandbox.cgroup import CallCgroup, Cgroups
@@ -198,24 +198,32 @@ class Sandbox:
         ).stdout.strip()
         self.detail = f"{version} at {self._bwrap}"
 
-    def containment(self) -> tuple[tuple[str, str], ...]:
+    def containment(self, limits: Limits) -> tuple[ContainmentControl, ...]:
         """What is in force, control by control (for ``shellward status``)."""
         if not self.enabled:
-            return (("sandbox", "NONE (--no-sandbox)"),)
+            return (ContainmentControl("sandbox", "NONE (--no-sandbox)"),)
         who = f"host uid {self._identity.uid}"
         if self._as_root:
             where = "private" if self._private_mounts else "host"
             who += f" (root daemon: idmapped workspaces, {where} mount namespace)"
-        seccomp = self._filter.summary if self._filter else "not built (check() not run)"
-        return (
+        processes = (
+            self._cgroups.summary
+            if self._cgroups
+            else "rlimits only (no cgroup the daemon may create); kill via the pid namespace"
+        )
+        pairs = (
             ("user namespace", f"yes; commands run as {who}"),
             ("capabilities", "none (--cap-drop ALL, nested user namespaces disabled)"),
-            ("seccomp", seccomp),
-            ("process control", self._cgroups.summary if self._cgroups else
-             "rlimits only (no cgroup v2 the daemon may create); kill via the pid namespace"),
-            (".git hooks/config", "writable" if self._git_writable else "read-only"),
-            ("hidden", ", ".join(self._hidden)),
+            ("seccomp", self._filter.summary if self._filter else "not built"),
+            ("processes", processes),
+            ("rlimits", " ".join(_prlimit_args(limits)) or "none"),
+            ("tmpfs", f"/tmp and /var/tmp {limits.tmp_bytes:,} bytes each"),
+            ("env", "request variables set inside only (--clearenv, --setenv)"),
+            (".git", "hooks and config writable" if self._git_writable else
+             "hooks and config read-only"),
+            ("hidden", ", ".join(self._hidden) or "-"),
         )  # fmt: skip
+        return tuple(ContainmentControl(control, state) for control, state in pairs)
 
     def reap(self) -> int:
         """End what a crashed predecessor left: its call cgroups, its workspace mounts."""
