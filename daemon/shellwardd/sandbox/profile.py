@@ -71,9 +71,17 @@ def hidden_paths(home: Path, entries: Iterable[str]) -> list[Path]:
             pattern = home / pattern
         if any(ch in entry for ch in "*?["):
             anchor = Path(pattern.anchor)
-            found += sorted(anchor.glob(str(pattern.relative_to(anchor))))
-        elif os.path.lexists(pattern):
-            found.append(pattern)
+            matches = sorted(anchor.glob(str(pattern.relative_to(anchor))))
+        else:
+            matches = [pattern] if os.path.lexists(pattern) else []
+        for path in matches:
+            # A symlink is covered where it points (bwrap mounts through it); a dangling
+            # one hides nothing and would make bwrap fail.
+            if path.is_symlink():
+                if not path.exists():
+                    continue
+                path = path.resolve()
+            found.append(path)
     return found
 
 

@@ -301,7 +301,11 @@ class Sandbox:
             if self.enabled:
                 status_read, status_write = os.pipe()
                 fds += [status_read, status_write]
-                args_fd = _memfd("bwrap-args", "\0".join(self._profile(spec)) + "\0")
+                profile = self._profile(spec)
+                if any("\0" in arg for arg in profile):
+                    # One NUL would split an argument in two: an injected bwrap option.
+                    raise SandboxUnavailable("a NUL byte in the sandbox profile; nothing ran")
+                args_fd = _memfd("bwrap-args", "\0".join(profile) + "\0")
                 fds.append(args_fd)
                 argv = [*prefix, str(self._bwrap), "--args", str(args_fd)]
                 passed = [status_write, args_fd]
