@@ -98,3 +98,17 @@ def test_default_hidden_set_hides_tool_credentials(
     outcome = run(box, workspace, f"cat {paths} 2>/dev/null")
     assert "secret" not in outcome.stdout.text.replace("not-a-secret", "")
     assert "not-a-secret" in outcome.stdout.text
+
+
+def test_symlinked_secret_is_hidden_and_a_dangling_one_breaks_nothing(
+    request: pytest.FixtureRequest, workspace: Path, host_dir: Path
+) -> None:
+    home = host_dir / "home"
+    (home / "dotfiles").mkdir(parents=True)
+    (home / "dotfiles" / "pypirc").write_text("pypi-secret")
+    (home / ".pypirc").symlink_to(home / "dotfiles" / "pypirc")
+    (home / ".npmrc").symlink_to(home / "gone")  # dangling: bwrap cannot mount over it
+    box = make_box(request, home=home)
+    outcome = run(box, workspace, f"cat {home}/.pypirc {home}/dotfiles/pypirc; echo ran")
+    assert outcome.started and "ran" in outcome.stdout.text, outcome.sandbox_error
+    assert "pypi-secret" not in outcome.stdout.text
