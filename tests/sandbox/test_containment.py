@@ -251,6 +251,31 @@ def test_process_limit_binds_root_too(sandbox: Sandbox, workspace: Path) -> None
     assert int(outcome.stdout.text.strip()) < 20, out(outcome)
 
 
+def test_memory_limit_binds_the_whole_call(sandbox: Sandbox, workspace: Path) -> None:
+    # Four processes of 48 MiB each: under RLIMIT_AS (per process, 16 GiB) each is fine;
+    # the call's cgroup (64 MiB for all of them) is not.
+    controls = {c.control: c.state for c in sandbox.containment(Limits())}
+    if "memory" not in controls["processes"]:
+        pytest.skip("no memory controller the daemon may use here")
+    command = (
+        "for i in 1 2 3 4; do python3 -c 'import time; b = bytearray(48 << 20); "
+        "b[::4096] = bytes(len(b) // 4096); time.sleep(3)' & done; wait; echo done"
+    )
+    outcome = run(sandbox, workspace, command, limits=Limits(memory_bytes=64 << 20))
+    assert "Killed" in outcome.stderr.text or "MemoryError" in outcome.stderr.text, out(outcome)
+
+
+@pytest.mark.skipif(not ROOT, reason="only root can give the workspace to another user")
+def test_root_daemon_writes_as_the_workspace_owner(sandbox: Sandbox, workspace: Path) -> None:
+    os.chown(workspace, 12345, 12345)
+    (workspace / "theirs.txt").write_text("x")
+    os.chown(workspace / "theirs.txt", 12345, 12345)
+    outcome = run(sandbox, workspace, "echo y >> theirs.txt && echo new > new.txt && id -u")
+    assert outcome.exit_code == 0, out(outcome)
+    assert (workspace / "theirs.txt").read_text() == "xy\n"
+    assert (workspace / "new.txt").stat().st_uid == 12345
+
+
 @pytest.mark.parametrize("where", ["/tmp", "/var/tmp"])
 def test_tmp_is_bounded(sandbox: Sandbox, workspace: Path, where: str) -> None:
     limits = Limits(tmp_bytes=4 << 20)

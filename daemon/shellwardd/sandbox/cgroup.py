@@ -12,8 +12,9 @@ Choices, and why:
   daemon is killed, is inside.
 - **Limits.** ``pids.max`` and ``memory.max`` are written where the v2 controllers are
   enabled. Hybrid hosts (cgroup v1 controllers, the v2 tree without them) get the v1
-  ``pids`` controller for ``pids.max``: RLIMIT_NPROC does not bind root, a pids cgroup
-  does. Without any cgroup the daemon falls back to rlimits and ``shellward status``
+  ``pids`` and ``memory`` controllers instead (``pids.max``, ``memory.limit_in_bytes``):
+  RLIMIT_NPROC does not bind root and RLIMIT_AS is per process; the cgroups bind the
+  whole call. Without any cgroup the daemon falls back to rlimits and ``shellward status``
   says so.
 - **Kill.** ``cgroup.kill`` (v2, 5.14+) kills the whole cgroup at once; otherwise every
   listed process is SIGKILLed until the list stays empty.
@@ -79,13 +80,13 @@ class Cgroups:
                 (parent / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in wanted))
                 limited = wanted
         parents = [parent]
-        if "pids" not in limited:
-            v1 = _v1_pids()
+        for controller in ("pids", "memory"):
+            v1 = None if controller in limited else _v1(controller)
             if v1 is not None:
                 with contextlib.suppress(OSError):
                     (v1 / name).mkdir(exist_ok=True)
                     parents.append(v1 / name)
-                    limited.append("pids")
+                    limited.append(controller)
         return cls(tuple(parents), tuple(limited))
 
     def create(self, call_id: str, max_processes: int, memory_bytes: int) -> CallCgroup:
@@ -94,8 +95,9 @@ class Cgroups:
             path = parent / f"call-{call_id}"
             path.mkdir(exist_ok=True)
             paths.append(path)
-            _limit(path / "pids.max", max_processes)
-            _limit(path / "memory.max", memory_bytes)
+            _limit(path / "pids.max", max_processes, "max")
+            _limit(path / "memory.max", memory_bytes, "max")
+            _limit(path / "memory.limit_in_bytes", memory_bytes, "-1")  # v1
         return CallCgroup(tuple(paths))
 
     def reap(self) -> int:
@@ -135,18 +137,19 @@ def _own_cgroup_v2() -> Path | None:
     return None
 
 
-def _v1_pids() -> Path | None:
+def _v1(controller: str) -> Path | None:
+    """The daemon's own cgroup in a v1 hierarchy of ``controller``, if one is mounted."""
     for line in _read(Path("/proc/self/cgroup")).splitlines():
         number, controllers, path = line.split(":", 2)
-        if number != "0" and "pids" in controllers.split(","):
-            base = Path("/sys/fs/cgroup/pids")
-            return base / path.lstrip("/") if base.is_dir() else None
+        if number != "0" and controller in controllers.split(","):
+            own = Path("/sys/fs/cgroup") / controller / path.lstrip("/")
+            return own if own.is_dir() else None
     return None
 
 
-def _limit(path: Path, value: int) -> None:
+def _limit(path: Path, value: int, unlimited: str) -> None:
     if path.exists():
-        path.write_text(str(value) if value > 0 else "max")
+        path.write_text(str(value) if value > 0 else unlimited)
 
 
 def _kill(path: Path) -> None:
