@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -112,3 +113,14 @@ def test_symlinked_secret_is_hidden_and_a_dangling_one_breaks_nothing(
     outcome = run(box, workspace, f"cat {home}/.pypirc {home}/dotfiles/pypirc; echo ran")
     assert outcome.started and "ran" in outcome.stdout.text, outcome.sandbox_error
     assert "pypi-secret" not in outcome.stdout.text
+
+
+def test_missing_hooks_directory_cannot_be_created_inside(
+    request: pytest.FixtureRequest, repo: Path
+) -> None:
+    hooks = repo / ".git" / "hooks"
+    shutil.rmtree(hooks)
+    outcome = run(make_box(request), repo, "mkdir -p .git/hooks; echo x > .git/hooks/pre-commit")
+    assert outcome.exit_code != 0
+    assert hooks.is_dir() and not list(hooks.iterdir())
+    assert hooks.stat().st_uid == (repo / ".git").stat().st_uid

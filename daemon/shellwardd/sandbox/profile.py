@@ -92,8 +92,12 @@ def git_protected(workspace: Path) -> list[Path]:
         return []
     hooks = gitdir / "hooks"
     if not hooks.exists():
-        # A hooks directory created inside would be writable; make it (empty) first.
+        # A hooks directory created inside would be writable; make it (empty) first, owned
+        # like the repository (a root daemon must not leave a root-owned one behind).
         hooks.mkdir()
+        owner = gitdir.stat()
+        if os.geteuid() == 0:
+            os.chown(hooks, owner.st_uid, owner.st_gid)
     found = []
     for repo in [gitdir, *sorted((gitdir / "modules").glob("*"))]:
         found += [repo / name for name in ("hooks", "config") if (repo / name).exists()]
