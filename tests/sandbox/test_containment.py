@@ -201,6 +201,23 @@ def test_double_fork_and_setsid_do_not_outlive_a_timeout(sandbox: Sandbox, works
         _no_survivor(cmdline)
 
 
+def test_without_cgroups_a_timeout_still_ends_everything(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    # Where the daemon may create no cgroup, killing the namespace's init (by pidfd) ends
+    # every process in it.
+    monkeypatch.setattr(Cgroups, "detect", classmethod(lambda cls, state_dir: None))
+    box = Sandbox()
+    box.check()
+    request.addfinalizer(box.close)
+    controls = {c.control: c.state for c in box.containment(Limits())}
+    assert controls["processes"].startswith("rlimits only")
+    outcome = run(box, workspace, "(setsid sleep 193 &); nohup sleep 194 & sleep 195", timeout=1)
+    assert outcome.timed_out
+    for cmdline in ("sleep 193", "sleep 194", "sleep 195"):
+        _no_survivor(cmdline)
+
+
 def test_leftover_call_cgroups_are_killed_at_start_up(tmp_path: Path) -> None:
     # What a crashed daemon leaves: a process in one of its call cgroups.
     cgroups = Cgroups.detect(tmp_path / "state")

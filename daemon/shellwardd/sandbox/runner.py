@@ -366,9 +366,7 @@ class Sandbox:
             # init (its death ends the namespace) and the outer bwrap/group.
             if cgroup is not None:
                 cgroup.kill()
-            if status.child_pid:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(status.child_pid, signal.SIGKILL)
+            status.kill_init()
             _kill(process, group=not self.enabled)
 
         try:
@@ -378,6 +376,7 @@ class Sandbox:
             )  # fmt: skip
             exit_code = process.wait()
         finally:
+            status.close()
             if cgroup is not None:
                 cgroup.remove()  # nothing of the call outlives it
         duration = time.monotonic() - start
@@ -477,7 +476,9 @@ class _Status:
 
     def __init__(self) -> None:
         self._buffer = b""
-        self.child_pid = 0
+        # A pidfd of the namespace's init, opened as soon as bwrap names it: a kill through
+        # it can never hit another process that reused the pid after the init was reaped.
+        self._init: int | None = None
         self.started = False
         self._exit: int | None = None
 
@@ -489,11 +490,22 @@ class _Status:
                 record = json.loads(line)
             except ValueError:
                 continue
-            if "child-pid" in record:
+            if "child-pid" in record and self._init is None:
                 self.started = True
-                self.child_pid = int(record["child-pid"])
+                with contextlib.suppress(OSError):
+                    self._init = os.pidfd_open(int(record["child-pid"]))
             if "exit-code" in record:
                 self._exit = int(record["exit-code"])
+
+    def kill_init(self) -> None:
+        if self._init is not None:
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(self._init, signal.SIGKILL)
+
+    def close(self) -> None:
+        if self._init is not None:
+            os.close(self._init)
+            self._init = None
 
     def exit_code(self, bwrap_exit: int) -> int:
         return bwrap_exit if self._exit is None else self._exit
