@@ -12,11 +12,16 @@ Choices, and why:
   the workspace owner's uid appears as the sandbox uid and files the sandbox creates land
   on disk as the owner's: git, editors and the write detector see ordinary files. bwrap
   binds that mount over the workspace path. It is made once per workspace (not per call)
-  under ``/run/shellward-<hash of the state dir>`` (mode 0711: bwrap, running as the
-  sandbox uid, must reach it), and unmounted at shutdown and, after a crash, at the next
-  start-up.
-- **Fail closed.** A kernel or file system without idmapped mounts makes the root daemon
-  refuse to start with the reason, rather than silently running commands as root.
+  under ``/run/shellward/<hash of the state dir>`` (mode 0711: bwrap, running as the
+  sandbox uid, must reach it).
+- **In the daemon's own mount namespace.** At start-up, before any thread exists, the
+  daemon moves into a private mount namespace (a slave of the host's, so the host's later
+  mounts still appear) and covers ``/run/shellward`` with its own tmpfs: its idmapped
+  mounts and their directories are invisible to the host and vanish with the daemon, even
+  after ``kill -9``. Where that fails they are made on the host, removed at shutdown, and
+  a crashed daemon's are removed at the next start-up.
+- **Fail closed.** A call in a workspace that cannot be idmapped (a file system without
+  support) does not run, and says why; nothing falls back to running as root.
 """
 
 from __future__ import annotations
@@ -42,9 +47,14 @@ _MOUNT_ATTR_IDMAP = 0x00100000
 _MNT_DETACH = 2
 _CLONE_NEWNS = 0x00020000
 _MS_REC = 0x4000
+_MS_NOSUID = 0x2
+_MS_NODEV = 0x4
 _MS_SLAVE = 1 << 19
 
 _libc = ctypes.CDLL(None, use_errno=True)
+# Parent of every daemon's views (one subdirectory per state dir); mode 0711.
+VIEWS = Path("/run/shellward")
+_private: bool | None = None  # whether this process has entered its own mount namespace
 
 
 class IdmapError(Exception):
@@ -63,7 +73,7 @@ class _MountAttr(ctypes.Structure):
 def mount_root(state_dir: Path) -> Path:
     """Where a daemon with this state dir keeps its idmapped workspace mounts."""
     digest = hashlib.sha256(str(state_dir).encode()).hexdigest()[:16]
-    return Path("/run") / f"shellward-{digest}"
+    return VIEWS / digest
 
 
 class IdmappedWorkspaces:
@@ -89,8 +99,9 @@ class IdmappedWorkspaces:
             remove_stale(self.root)
 
     def _mount(self, workspace: Path) -> Path:
-        self.root.mkdir(mode=0o711, exist_ok=True)
-        os.chmod(self.root, 0o711)
+        for path in (VIEWS, self.root):
+            path.mkdir(mode=0o711, exist_ok=True)
+            os.chmod(path, 0o711)
         target = self.root / hashlib.sha256(str(workspace).encode()).hexdigest()[:16]
         if target in _mounts_under(self.root):
             _umount(target)
@@ -129,11 +140,26 @@ class IdmappedWorkspaces:
 
 
 def private_mount_namespace() -> bool:
-    """Move this process into its own mount namespace (works only while single-threaded)."""
+    """Move this process into its own mount namespace (works only while single-threaded).
+
+    Once per process: a second tmpfs over ``VIEWS`` would hide the first one's views."""
+    global _private
+    if _private is None:
+        _private = _enter_private_mount_namespace()
+    return _private
+
+
+def _enter_private_mount_namespace() -> bool:
     if _libc.unshare(_CLONE_NEWNS) != 0:
         return False
     # MS_REC | MS_SLAVE on /: the host's mounts still propagate here, ours never back.
-    return _libc.mount(b"none", b"/", None, _MS_REC | _MS_SLAVE, None) == 0
+    if _libc.mount(b"none", b"/", None, _MS_REC | _MS_SLAVE, None) != 0:
+        return False
+    # Our own tmpfs over the views' directory: nothing we create there outlives us.
+    VIEWS.mkdir(mode=0o711, exist_ok=True)
+    os.chmod(VIEWS, 0o711)
+    flags = _MS_NOSUID | _MS_NODEV
+    return _libc.mount(b"tmpfs", os.fsencode(VIEWS), b"tmpfs", flags, b"mode=0711") == 0
 
 
 def remove_stale(root: Path) -> int:
