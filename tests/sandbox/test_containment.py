@@ -293,6 +293,16 @@ def test_root_daemon_writes_as_the_workspace_owner(sandbox: Sandbox, workspace: 
     assert (workspace / "new.txt").stat().st_uid == 12345
 
 
+@pytest.mark.skipif(not ROOT, reason="only a root daemon runs commands as another uid")
+def test_unreachable_workspace_is_a_clear_error(sandbox: Sandbox, host_dir: Path) -> None:
+    private = host_dir / "private"
+    (private / "ws").mkdir(parents=True)
+    private.chmod(0o700)
+    outcome = run(sandbox, private / "ws", "echo ran")
+    assert not outcome.started and "ran" not in outcome.stdout.text
+    assert "cannot reach" in outcome.sandbox_error and "chmod o+x" in outcome.sandbox_error
+
+
 @pytest.mark.parametrize("where", ["/tmp", "/var/tmp"])
 def test_tmp_is_bounded(sandbox: Sandbox, workspace: Path, where: str) -> None:
     limits = Limits(tmp_bytes=4 << 20)

@@ -50,6 +50,7 @@ from shellwardd.sandbox.seccomp import Filter, SeccompUnavailable, build_filter
 _DRAIN_SECONDS = 2.0
 # The workspace of the start-up probe (nothing is written there).
 _PROBE = Path("/tmp")
+_PRIVATE_TMP = (Path("/tmp"), Path("/var/tmp"))
 # Run by /bin/sh as "shellward-spawn N FILE... COMMAND...": write 0 (itself) into N
 # cgroup.procs files, then exec COMMAND. A shell, not Python code between fork and exec:
 # the daemon is threaded (gRPC), and a forked copy of it crashes now and then.
@@ -253,6 +254,15 @@ class Sandbox:
     def _profile(self, spec: SandboxSpec) -> list[str]:
         source = spec.workspace
         if self._as_root and spec.workspace != _PROBE:
+            # bwrap, as the sandbox uid, walks to the workspace through the host's
+            # directories (except under /tmp and /var/tmp: fresh tmpfs inside).
+            private_tmp = any(t in spec.workspace.parents for t in _PRIVATE_TMP)
+            if not private_tmp and not self._identity.reaches(spec.workspace):
+                raise SandboxUnavailable(
+                    f"the sandbox user (host uid {self._identity.uid}) cannot reach "
+                    f"{spec.workspace}: make its parent directories searchable by others "
+                    "(chmod o+x), or choose another --sandbox-uid or workspace"
+                )
             try:
                 source = self._views.view(spec.workspace)
             except IdmapError as exc:
