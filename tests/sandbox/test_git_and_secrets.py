@@ -49,6 +49,9 @@ def repo(workspace: Path) -> Iterator[Path]:
         "git config core.fsmonitor 'touch /tmp/pwned'",
         "echo '[core]' >> .git/config && echo 'pager = touch /tmp/pwned' >> .git/config",
         "rm -rf .git/hooks && mkdir .git/hooks && echo x > .git/hooks/pre-commit",
+        # Swap the whole .git for a copy whose config is writable.
+        "cp -r .git /tmp/g && mv .git .git-old && mv /tmp/g .git"
+        " && git config core.fsmonitor 'touch /tmp/pwned'",
     ],
 )
 def test_git_hooks_and_config_are_read_only(
@@ -59,6 +62,7 @@ def test_git_hooks_and_config_are_read_only(
     assert outcome.exit_code != 0
     assert (repo / ".git" / "config").read_text() == config_before
     assert not [p for p in (repo / ".git" / "hooks").iterdir() if not p.name.endswith(".sample")]
+    assert not (repo / ".git-old").exists()
 
 
 def test_git_commit_still_works(request: pytest.FixtureRequest, repo: Path) -> None:

@@ -16,7 +16,9 @@ Choices, and why:
   A root daemon's sandbox runs as an unprivileged uid, so a path it could not reach
   anyway (under ``/root``) needs no cover, and bwrap could not mount over it.
 - **``.git/hooks`` and ``.git/config``** are bound read-only over themselves unless the
-  operator allows writes: what a command writes there would run later, outside.
+  operator allows writes: what a command writes there would run later, outside. ``.git``
+  itself is bound over itself (read-write): a mount point cannot be renamed, so the
+  command cannot swap in a copy with a writable config.
 - **/tmp and /var/tmp** are tmpfs of a bounded size (``--size``): they live in RAM,
   outside every rlimit.
 """
@@ -85,11 +87,15 @@ def hidden_paths(home: Path, entries: Iterable[str]) -> list[Path]:
     return found
 
 
-def git_protected(workspace: Path) -> list[Path]:
-    """``.git/hooks`` and ``.git/config`` of the workspace's repository and its submodules."""
+def git_protected(workspace: Path) -> tuple[list[Path], list[Path]]:
+    """What to pin and what to make read-only in the workspace's repository.
+
+    Pinned (bound read-write over themselves): ``.git`` and each submodule's git dir, so
+    that they cannot be renamed away and replaced by a copy with a writable config.
+    Read-only: their ``hooks`` and ``config``."""
     gitdir = workspace / ".git"
     if not gitdir.is_dir() or gitdir.is_symlink():
-        return []
+        return [], []
     hooks = gitdir / "hooks"
     if not hooks.exists():
         # A hooks directory created inside would be writable; make it (empty) first, owned
@@ -98,10 +104,9 @@ def git_protected(workspace: Path) -> list[Path]:
         owner = gitdir.stat()
         if os.geteuid() == 0:
             os.chown(hooks, owner.st_uid, owner.st_gid)
-    found = []
-    for repo in [gitdir, *sorted((gitdir / "modules").glob("*"))]:
-        found += [repo / name for name in ("hooks", "config") if (repo / name).exists()]
-    return found
+    repos = [gitdir, *sorted(p for p in (gitdir / "modules").glob("*") if p.is_dir())]
+    read_only = [repo / name for repo in repos for name in ("hooks", "config")]
+    return repos, [path for path in read_only if path.exists()]
 
 
 def bwrap_args(
@@ -116,6 +121,7 @@ def bwrap_args(
     as_root: bool,
     hidden: Sequence[Path],
     read_only: Sequence[Path],
+    pinned: Sequence[Path] = (),
 ) -> list[str]:
     """The profile; ``workspace_source`` is what is bound on ``workspace`` (its idmapped
     view for a root daemon) and the source of binds inside it."""
@@ -145,6 +151,10 @@ def bwrap_args(
             args += ["--tmpfs", str(path)]
         else:
             args += ["--ro-bind", "/dev/null", str(path)]
+    for path in pinned:
+        if _is_inside(path, workspace):
+            source = workspace_source / path.relative_to(workspace)
+            args += ["--bind", str(source), str(path)]
     for path in read_only:
         if path.exists() and _is_inside(path, workspace):
             source = workspace_source / path.relative_to(workspace)

@@ -269,9 +269,10 @@ class Sandbox:
                 raise SandboxUnavailable(
                     f"cannot give the sandbox user access to {spec.workspace}: {exc}"
                 ) from None
-        read_only = list(spec.read_only)
+        read_only, pinned = list(spec.read_only), list[Path]()
         if not self._git_writable and spec.workspace != _PROBE:
-            read_only += git_protected(spec.workspace)
+            pinned, git_read_only = git_protected(spec.workspace)
+            read_only += git_read_only
         env = {"HOME": str(self._home), "TERM": "dumb", **spec.env}
         return bwrap_args(
             workspace=spec.workspace,
@@ -284,6 +285,7 @@ class Sandbox:
             as_root=self._as_root,
             hidden=[*hidden_paths(self._home, self._hidden), *spec.hidden],
             read_only=read_only,
+            pinned=pinned,
         )
 
     def run(
