@@ -140,10 +140,11 @@ def test_cpu_limit(sandbox: Sandbox, workspace: Path) -> None:
 
 
 def test_secrets_and_hidden_paths(
-    workspace: Path, tmp_path: Path, request: pytest.FixtureRequest
+    workspace: Path, tmp_path: Path, host_dir: Path, request: pytest.FixtureRequest
 ) -> None:
-    home = tmp_path / "home"
+    home = host_dir / "home"  # not under /tmp: the sandbox's own /tmp would hide it anyway
     (home / ".ssh").mkdir(parents=True)
+    (home / "notes.txt").write_text("shown")
     (home / ".ssh" / "id_ed25519").write_text("secret")
     (home / ".netrc").write_text("machine x password y")
     state = tmp_path / "state"
@@ -155,9 +156,10 @@ def test_secrets_and_hidden_paths(
     outcome = run(
         box,
         workspace,
-        f"cat {home}/.ssh/id_ed25519 {home}/.netrc {state}/ledger.sqlite3; ls {home}/.ssh",
+        f"cat {home}/notes.txt {home}/.ssh/id_ed25519 {home}/.netrc {state}/ledger.sqlite3",
         hidden=(state,),
     )
+    assert outcome.stdout.data.startswith(b"shown")  # the home itself is visible
     assert b"secret" not in outcome.stdout.data
     assert b"password" not in outcome.stdout.data
     assert b"ledger" not in outcome.stdout.data
