@@ -35,11 +35,14 @@ lint: install
 
 install: system-deps $(STAMP)
 
-# bubblewrap (the sandbox) and python3-venv come from Debian when missing.
+# bubblewrap (the sandbox), util-linux (prlimit, setpriv, unshare), gcc (the red-team
+# tests build a preload library) and python3-venv come from Debian when missing.
 system-deps:
 	@missing=""; \
 	command -v bwrap >/dev/null 2>&1 || missing="$$missing bubblewrap"; \
 	command -v prlimit >/dev/null 2>&1 || missing="$$missing util-linux"; \
+	command -v setpriv >/dev/null 2>&1 || missing="$$missing util-linux"; \
+	command -v gcc >/dev/null 2>&1 || missing="$$missing gcc"; \
 	$(PYTHON) -c 'import ensurepip, venv' >/dev/null 2>&1 || missing="$$missing python3-venv"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing system packages:$$missing"; \

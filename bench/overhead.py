@@ -1,7 +1,8 @@
 """What the daemon adds to a sandboxed `true`: RunCommand through the client vs a bare spawn.
 
-Both sides run the same bwrap profile (the daemon's own Sandbox.argv), interleaved in one
-process so that machine noise hits both alike. Also prints a breakdown: an empty gRPC round
+Both sides run the same sandbox (the daemon's own Sandbox.run: profile, seccomp filter,
+call cgroup, idmapped workspace as root), interleaved in one process so that machine noise
+hits both alike. Also prints a breakdown: an empty gRPC round
 trip, the three ledger commits of a call, and the classification.
 
     python bench/overhead.py [--runs 300]
@@ -13,9 +14,9 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -60,30 +61,35 @@ def main() -> int:
             "true", workspace, workspace, {}, False, 60.0, Limits(), 1 << 20,
             hidden=(base / "state", base),
         )  # fmt: skip
-        bare_argv = sandbox.argv(spec, None)
+
+        def bare() -> None:
+            outcome = sandbox.run(spec, lambda chunk: None, threading.Event())
+            assert outcome.exit_code == 0, outcome.sandbox_error
+
         ledger = Ledger(base / "bench-ledger.sqlite3")
         classifier = Classifier(load_rules())
         try:
             with daemon.client() as client:
                 for _ in range(20):  # warm up both paths
                     client.run_command("true", cwd=workspace)
-                    subprocess.run(bare_argv, check=True)
+                    bare()
                 daemon_s, bare_s, rpc_s, ledger_s, classify_s = [], [], [], [], []
                 for i in range(args.runs):
                     daemon_s.append(_time(lambda: client.run_command("true", cwd=workspace)))
-                    bare_s.append(_time(lambda: subprocess.run(bare_argv, check=True)))
+                    bare_s.append(_time(bare))
                     rpc_s.append(_time(client.status))
                     ledger_s.append(_time(lambda i=i: _three_commits(ledger, f"c{i}")))
                     classify_s.append(_time(lambda: classifier.classify("true")))
         finally:
             daemon.stop()
             ledger.close()
+            sandbox.close()
 
     d_med, d_p95 = _ms(daemon_s)
     b_med, b_p95 = _ms(bare_s)
     print(f"runs: {args.runs} (interleaved)")
     print(f"RunCommand('true') via client   median {d_med:7.2f} ms   p95 {d_p95:7.2f} ms")
-    print(f"bare bwrap spawn (same profile) median {b_med:7.2f} ms   p95 {b_p95:7.2f} ms")
+    print(f"bare Sandbox.run (same profile) median {b_med:7.2f} ms   p95 {b_p95:7.2f} ms")
     print(f"ratio daemon/bare               median {d_med / b_med:7.2f}      p95 "
           f"{d_p95 / b_p95:7.2f}   (target <= 1.30)")  # fmt: skip
     print("breakdown (medians):")

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import signal
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,3 +33,14 @@ def daemon(tmp_path: Path, workspace: Path) -> Iterator[Daemon]:
 def client(daemon: Daemon) -> Iterator[Client]:
     with daemon.client() as c:
         yield c
+
+
+@pytest.fixture
+def host_dir() -> Iterator[Path]:
+    """A directory the sandbox sees as it is on the host: not under /tmp or /var/tmp
+    (private tmpfs inside), and reachable by a root daemon's unprivileged sandbox user."""
+    parent = Path("/var/lib") if os.geteuid() == 0 else Path.home()
+    path = Path(tempfile.mkdtemp(prefix="shellward-test-", dir=parent))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)

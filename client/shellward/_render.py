@@ -516,6 +516,7 @@ def status_text(status: DaemonStatus, style: Style) -> str:
         ("state dir", status.state_dir),
         ("ledger", status.ledger_path),
         ("sandbox", f"{sandbox} ({status.sandbox_detail})" if status.sandbox_detail else sandbox),
+        *((f"  {c.control}", c.state) for c in status.containment),
         ("running calls", str(status.running_calls)),
         ("uptime", format_duration(status.uptime_seconds)),
     ]

@@ -428,6 +428,9 @@ def daemon_status_to_wire(status: t.DaemonStatus) -> pb.StatusResponse:
         ],
         # Same field names on both sides.
         tool_servers=[pb.ToolServerStatus(**asdict(server)) for server in status.tool_servers],
+        containment=[
+            pb.ContainmentControl(control=c.control, state=c.state) for c in status.containment
+        ],
     )
 
 
@@ -459,6 +462,9 @@ def daemon_status_from_wire(message: pb.StatusResponse) -> t.DaemonStatus:
                 **{f.name: getattr(server, f.name) for f in fields(t.ToolServerStatus)}
             )
             for server in message.tool_servers
+        ),
+        containment=tuple(
+            t.ContainmentControl(control=c.control, state=c.state) for c in message.containment
         ),
     )
 

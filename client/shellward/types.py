@@ -313,6 +313,14 @@ class WorkspaceStatus:
 
 
 @dataclass(frozen=True)
+class ContainmentControl:
+    """One control of the sandbox and its state, as ``shellward status`` shows it."""
+
+    control: str
+    state: str
+
+
+@dataclass(frozen=True)
 class DaemonStatus:
     version: str
     socket: str
@@ -326,6 +334,7 @@ class DaemonStatus:
     rule_sources: tuple[str, ...] = ()
     tcp_address: str = ""
     workspace_status: tuple[WorkspaceStatus, ...] = ()
+    containment: tuple[ContainmentControl, ...] = ()
     tool_servers: tuple[ToolServerStatus, ...] = ()
 
 

@@ -31,6 +31,49 @@ class Limits:
     address_space_bytes: int = 16 * GIB
     max_processes: int = 4096
     file_size_bytes: int = 8 * GIB
+    # The call's cgroup memory.max (where the memory controller is available).
+    memory_bytes: int = 16 * GIB
+    # Size of each of the sandbox's /tmp and /var/tmp (tmpfs, counted in RAM).
+    tmp_bytes: int = 1 * GIB
+
+
+def merge_limits(operator: Limits, requested: Limits | None) -> Limits:
+    """The limits a call runs under: a request may only lower the operator's.
+
+    In ``requested`` a 0 means "not asked for" (the wire's default), so asking for one
+    limit keeps every other one at the operator's value; a value above the operator's,
+    or any value where the operator set none (0), is capped at the operator's.
+    """
+    if requested is None:
+        return operator
+    merged = {}
+    for name in Limits.__dataclass_fields__:
+        mine, asked = getattr(operator, name), getattr(requested, name)
+        if asked <= 0:
+            merged[name] = mine
+        else:
+            merged[name] = asked if mine <= 0 else min(asked, mine)
+    return Limits(**merged)
+
+
+# Hidden from every command (relative to the daemon user's home; globs allowed): the
+# credential stores of developer tools and cloud CLIs.
+DEFAULT_HIDDEN = (
+    ".ssh", ".gnupg", ".netrc", ".git-credentials", ".config/git/credentials",
+    ".aws", ".azure", ".config/gcloud", ".oci", ".config/doctl", ".config/linode-cli",
+    ".config/hcloud", ".config/scw", ".config/exoscale", ".ibmcloud", ".aliyun",
+    ".docker", ".kube", ".minikube", ".config/helm", ".terraform.d", ".terraformrc",
+    ".config/gh", ".config/hub", ".config/glab-cli", ".config/op", ".password-store",
+    ".npmrc", ".yarnrc", ".yarnrc.yml", ".pypirc", ".config/pip", ".cargo/credentials",
+    ".cargo/credentials.toml", ".gem/credentials", ".m2/settings.xml", ".gradle/gradle.properties",
+    ".nuget/NuGet/NuGet.Config", ".composer/auth.json", ".config/composer/auth.json",
+    ".vault-token", ".config/heroku", ".netlify", ".config/netlify", ".vercel",
+    ".config/vercel", ".fly", ".config/flyctl", ".wrangler", ".config/.wrangler",
+    ".claude", ".claude.json", ".codex", ".config/github-copilot", ".gemini",
+    ".config/openai", ".config/anthropic", ".huggingface", ".cache/huggingface/token",
+    ".config/*token*", ".config/*secret*", ".config/*credential*", ".local/share/keyrings",
+    ".mozilla", ".config/google-chrome", ".config/chromium",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -55,6 +98,12 @@ class Config:
     retention_seconds: float = 7 * 24 * 3600.0
     approval_timeout: float = 3600.0
     log_level: str = "info"
+    # Secret paths hidden from commands (relative to the home or absolute; globs allowed).
+    hidden: tuple[str, ...] = DEFAULT_HIDDEN
+    # Let commands write .git/hooks and .git/config (read-only by default).
+    git_writable: bool = False
+    # The unprivileged host uid/gid a root daemon runs its sandboxes as.
+    sandbox_uid: int = 65534
 
     @property
     def ledger_path(self) -> Path:
@@ -155,7 +204,22 @@ _OPTIONS = (
     _Option(
         "--limit-processes",
         "SHELLWARD_LIMIT_PROCESSES",
-        "Processes per user (RLIMIT_NPROC; 0 = none; default 4096; root is exempt).",
+        "Processes per call (the call's pids cgroup where there is one, and RLIMIT_NPROC; "
+        "0 = none; default 4096).",
+        kind=int,
+    ),
+    _Option(
+        "--limit-cgroup-memory",
+        "SHELLWARD_LIMIT_CGROUP_MEMORY",
+        "Memory of a call's whole process tree, in bytes (cgroup memory.max where the memory "
+        "controller is available; 0 = none; default 16 GiB).",
+        kind=int,
+    ),
+    _Option(
+        "--limit-tmp",
+        "SHELLWARD_LIMIT_TMP",
+        "Size of the sandbox's /tmp and of its /var/tmp, each, in bytes (tmpfs, held in RAM; "
+        "default 1 GiB; 0 is not allowed: an unbounded tmpfs can fill the host's memory).",
         kind=int,
     ),
     _Option(
@@ -205,6 +269,35 @@ _OPTIONS = (
         "SHELLWARD_APPROVAL_TIMEOUT",
         "Seconds a call waits for a human's approval before it is denied (default 3600).",
         kind=float,
+    ),
+    _Option(
+        "--hide",
+        "SHELLWARD_HIDE",
+        "Also hide this path from commands (relative to the daemon user's home, or absolute; "
+        "globs allowed); repeatable (the variable takes a ':'-separated list). A broad default "
+        "set of credential stores is always hidden (see docs/security.md).",
+        repeatable=True,
+    ),
+    _Option(
+        "--unhide",
+        "SHELLWARD_UNHIDE",
+        "Remove an entry of the default hidden set (as written there, e.g. .docker); "
+        "repeatable (the variable takes a ':'-separated list).",
+        repeatable=True,
+    ),
+    _Option(
+        "--git-writable",
+        "SHELLWARD_GIT_WRITABLE",
+        "Let commands write .git/hooks and .git/config (read-only by default: a hook or "
+        "core.fsmonitor written there runs later, outside the sandbox).",
+        switch=True,
+    ),
+    _Option(
+        "--sandbox-uid",
+        "SHELLWARD_SANDBOX_UID",
+        "When the daemon runs as root: the unprivileged host uid (and gid) commands run as "
+        "(default 65534, nobody); workspaces appear to it as its own through idmapped mounts.",
+        kind=int,
     ),
     _Option("--log-level", "SHELLWARD_LOG_LEVEL", "debug, info, warning or error (default info)."),
 )
@@ -345,6 +438,8 @@ def _validate(values: dict[str, object]) -> Config:
             address_space_bytes=_limit(values, "limit_memory", defaults.address_space_bytes),
             max_processes=_limit(values, "limit_processes", defaults.max_processes),
             file_size_bytes=_limit(values, "limit_file_size", defaults.file_size_bytes),
+            memory_bytes=_limit(values, "limit_cgroup_memory", defaults.memory_bytes),
+            tmp_bytes=int(_positive(values, "limit_tmp", float(defaults.tmp_bytes))),
         ),
         user_rules=Path(str(user_rules)).expanduser() if user_rules else None,
         trusted_repos=tuple(
@@ -356,4 +451,27 @@ def _validate(values: dict[str, object]) -> Config:
         retention_seconds=_positive(values, "retention", 7 * 24 * 3600.0),
         approval_timeout=_positive(values, "approval_timeout", 3600.0),
         log_level=log_level,
+        hidden=_hidden(values),
+        git_writable=bool(values.get("git_writable")),
+        sandbox_uid=_sandbox_uid(values),
     )
+
+
+def _hidden(values: dict[str, object]) -> tuple[str, ...]:
+    unhide = _strings(values.get("unhide"))
+    unknown = [entry for entry in unhide if entry not in DEFAULT_HIDDEN]
+    if unknown:
+        raise ConfigError(
+            f"--unhide {unknown[0]!r} is not in the default hidden set; "
+            "see docs/security.md for its entries"
+        )
+    kept = [entry for entry in DEFAULT_HIDDEN if entry not in unhide]
+    return tuple(kept + [e for e in _strings(values.get("hide")) if e not in kept])
+
+
+def _sandbox_uid(values: dict[str, object]) -> int:
+    raw = values.get("sandbox_uid")
+    uid = 65534 if raw is None else int(raw)  # type: ignore[call-overload]
+    if uid <= 0:
+        raise ConfigError(f"--sandbox-uid must be an unprivileged uid (not root), got {uid}")
+    return uid

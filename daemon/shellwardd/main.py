@@ -125,8 +125,16 @@ class Daemon:
             raise StateError(f"cannot write the log {config.log_path}: {exc.strerror}") from exc
 
         # 2. The sandbox must work (or be disabled out loud).
-        self.sandbox = Sandbox(enabled=not config.no_sandbox)
+        # Before any thread starts: the sandbox sets up the daemon's private mount namespace.
+        self.sandbox = Sandbox(
+            enabled=not config.no_sandbox,
+            hidden=config.hidden,
+            git_writable=config.git_writable,
+            sandbox_uid=config.sandbox_uid,
+            state_dir=config.state_dir,
+        )
         self.sandbox.check()
+        resources.callback(self.sandbox.close)
         if config.no_sandbox:
             log.warning(
                 "SANDBOX DISABLED (--no-sandbox): commands run with the daemon's own rights, "
@@ -145,6 +153,11 @@ class Daemon:
         # 4. The ledger, and what a previous daemon left running.
         self.ledger = Ledger(config.ledger_path)
         resources.callback(self.ledger.close)
+        # Before calls are marked uncertain: end what they left running (a crashed predecessor's).
+        survivors = self.sandbox.reap()
+        if survivors:
+            log.warning("killed processes left running by a previous daemon",
+                        extra={"calls": survivors})  # fmt: skip
         recovered = self.ledger.recover_interrupted("the daemon restarted while the call ran")
         if recovered:
             log.warning("calls left running by a previous daemon are now uncertain",
@@ -177,6 +190,7 @@ class Daemon:
             sandbox_enabled=self.sandbox.enabled,
             sandbox_detail=self.sandbox.detail,
             started_at=time.time(),
+            containment=self.sandbox.containment(config.limits),
         )
         statedir.check_socket_dir(config.socket)
         try:

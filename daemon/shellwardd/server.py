@@ -32,7 +32,14 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from shellward import _wire
-from shellward.types import Code, CommandResult, DaemonStatus, OutputChunk, Verdict
+from shellward.types import (
+    Code,
+    CommandResult,
+    ContainmentControl,
+    DaemonStatus,
+    OutputChunk,
+    Verdict,
+)
 from shellward.v1 import shellward_pb2 as pb
 from shellward.v1 import shellward_pb2_grpc as pb_grpc
 from shellwardd.classifier import LiveRules
@@ -71,6 +78,7 @@ class DaemonInfo:
     sandbox_enabled: bool
     sandbox_detail: str
     started_at: float
+    containment: tuple[ContainmentControl, ...] = ()
 
 
 class ShellwardServicer(pb_grpc.ShellwardServicer):
@@ -208,6 +216,7 @@ class ShellwardServicer(pb_grpc.ShellwardServicer):
             tcp_address=info.config.tcp or "",
             workspace_status=self._runtime.workspace_status(),
             tool_servers=self._runtime.tool_servers(),
+            containment=info.containment,
         )
         return _wire.daemon_status_to_wire(status)
 
@@ -290,13 +299,15 @@ def _tool_arguments(request: pb.CallToolRequest) -> dict[str, Any]:
 def _command_request(request: pb.RunCommandRequest) -> CommandRequest:
     limits = None
     if request.HasField("limits"):
+        # 0 = not asked for; config.merge_limits keeps the operator's value for those.
         wire = request.limits
-        defaults = Limits()
         limits = Limits(
-            cpu_seconds=wire.cpu_seconds or defaults.cpu_seconds,
-            address_space_bytes=wire.address_space_bytes or defaults.address_space_bytes,
-            max_processes=wire.max_processes or defaults.max_processes,
-            file_size_bytes=wire.file_size_bytes or defaults.file_size_bytes,
+            cpu_seconds=wire.cpu_seconds,
+            address_space_bytes=wire.address_space_bytes,
+            max_processes=wire.max_processes,
+            file_size_bytes=wire.file_size_bytes,
+            memory_bytes=0,
+            tmp_bytes=0,
         )
     return CommandRequest(
         command=request.command,

@@ -19,10 +19,11 @@ from shellwardd.sandbox import ProcessOutcome, Sandbox, SandboxSpec
 
 
 @pytest.fixture(scope="module")
-def sandbox() -> Sandbox:
+def sandbox() -> Iterator[Sandbox]:
     box = Sandbox()
     box.check()
-    return box
+    yield box
+    box.close()
 
 
 def run(
@@ -139,10 +140,11 @@ def test_cpu_limit(sandbox: Sandbox, workspace: Path) -> None:
 
 
 def test_secrets_and_hidden_paths(
-    sandbox: Sandbox, workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    workspace: Path, tmp_path: Path, host_dir: Path, request: pytest.FixtureRequest
 ) -> None:
-    home = tmp_path / "home"
+    home = host_dir / "home"  # not under /tmp: the sandbox's own /tmp would hide it anyway
     (home / ".ssh").mkdir(parents=True)
+    (home / "notes.txt").write_text("shown")
     (home / ".ssh" / "id_ed25519").write_text("secret")
     (home / ".netrc").write_text("machine x password y")
     state = tmp_path / "state"
@@ -150,12 +152,14 @@ def test_secrets_and_hidden_paths(
     (state / "ledger.sqlite3").write_text("ledger")
     box = Sandbox(home=home)
     box.check()
+    request.addfinalizer(box.close)
     outcome = run(
         box,
         workspace,
-        f"cat {home}/.ssh/id_ed25519 {home}/.netrc {state}/ledger.sqlite3; ls {home}/.ssh",
+        f"cat {home}/notes.txt {home}/.ssh/id_ed25519 {home}/.netrc {state}/ledger.sqlite3",
         hidden=(state,),
     )
+    assert outcome.stdout.data.startswith(b"shown")  # the home itself is visible
     assert b"secret" not in outcome.stdout.data
     assert b"password" not in outcome.stdout.data
     assert b"ledger" not in outcome.stdout.data
@@ -182,9 +186,10 @@ def test_without_bwrap_check_says_how_to_fix(
 ) -> None:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    prlimit = shutil.which("prlimit")
-    assert prlimit is not None
-    (bin_dir / "prlimit").symlink_to(prlimit)
+    for tool in ("prlimit", "setpriv"):
+        found = shutil.which(tool)
+        assert found is not None
+        (bin_dir / tool).symlink_to(found)
     monkeypatch.setenv("PATH", str(bin_dir))
     with pytest.raises(SandboxUnavailable, match=r"bwrap\) is not installed.*--no-sandbox"):
         Sandbox().check()

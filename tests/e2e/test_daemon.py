@@ -113,6 +113,7 @@ def test_refuses_to_start_without_bwrap(tmp_path: Path, workspace: Path) -> None
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "prlimit").symlink_to(shutil.which("prlimit") or "/usr/bin/prlimit")
+    (bin_dir / "setpriv").symlink_to(shutil.which("setpriv") or "/usr/bin/setpriv")
     (bin_dir / "bash").symlink_to(shutil.which("bash") or "/bin/bash")
     env = {**_clean_env(), "PATH": str(bin_dir)}
     run = subprocess.run(

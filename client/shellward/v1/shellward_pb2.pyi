@@ -427,7 +427,7 @@ class GetStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("version", "socket", "state_dir", "ledger_path", "sandbox_enabled", "sandbox_detail", "workspaces", "running_calls", "uptime_seconds", "workspace_status", "rule_sources", "tcp_address", "tool_servers")
+    __slots__ = ("version", "socket", "state_dir", "ledger_path", "sandbox_enabled", "sandbox_detail", "workspaces", "running_calls", "uptime_seconds", "workspace_status", "rule_sources", "tcp_address", "containment", "tool_servers")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     SOCKET_FIELD_NUMBER: _ClassVar[int]
     STATE_DIR_FIELD_NUMBER: _ClassVar[int]
@@ -440,6 +440,7 @@ class StatusResponse(_message.Message):
     WORKSPACE_STATUS_FIELD_NUMBER: _ClassVar[int]
     RULE_SOURCES_FIELD_NUMBER: _ClassVar[int]
     TCP_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    CONTAINMENT_FIELD_NUMBER: _ClassVar[int]
     TOOL_SERVERS_FIELD_NUMBER: _ClassVar[int]
     version: str
     socket: str
@@ -453,8 +454,9 @@ class StatusResponse(_message.Message):
     workspace_status: _containers.RepeatedCompositeFieldContainer[WorkspaceStatus]
     rule_sources: _containers.RepeatedScalarFieldContainer[str]
     tcp_address: str
+    containment: _containers.RepeatedCompositeFieldContainer[ContainmentControl]
     tool_servers: _containers.RepeatedCompositeFieldContainer[ToolServerStatus]
-    def __init__(self, version: _Optional[str] = ..., socket: _Optional[str] = ..., state_dir: _Optional[str] = ..., ledger_path: _Optional[str] = ..., sandbox_enabled: _Optional[bool] = ..., sandbox_detail: _Optional[str] = ..., workspaces: _Optional[_Iterable[str]] = ..., running_calls: _Optional[int] = ..., uptime_seconds: _Optional[float] = ..., workspace_status: _Optional[_Iterable[_Union[WorkspaceStatus, _Mapping]]] = ..., rule_sources: _Optional[_Iterable[str]] = ..., tcp_address: _Optional[str] = ..., tool_servers: _Optional[_Iterable[_Union[ToolServerStatus, _Mapping]]] = ...) -> None: ...
+    def __init__(self, version: _Optional[str] = ..., socket: _Optional[str] = ..., state_dir: _Optional[str] = ..., ledger_path: _Optional[str] = ..., sandbox_enabled: _Optional[bool] = ..., sandbox_detail: _Optional[str] = ..., workspaces: _Optional[_Iterable[str]] = ..., running_calls: _Optional[int] = ..., uptime_seconds: _Optional[float] = ..., workspace_status: _Optional[_Iterable[_Union[WorkspaceStatus, _Mapping]]] = ..., rule_sources: _Optional[_Iterable[str]] = ..., tcp_address: _Optional[str] = ..., containment: _Optional[_Iterable[_Union[ContainmentControl, _Mapping]]] = ..., tool_servers: _Optional[_Iterable[_Union[ToolServerStatus, _Mapping]]] = ...) -> None: ...
 
 class ToolServerStatus(_message.Message):
     __slots__ = ("name", "running", "starts", "failures", "retry_in", "last_error")
@@ -471,6 +473,14 @@ class ToolServerStatus(_message.Message):
     retry_in: float
     last_error: str
     def __init__(self, name: _Optional[str] = ..., running: _Optional[bool] = ..., starts: _Optional[int] = ..., failures: _Optional[int] = ..., retry_in: _Optional[float] = ..., last_error: _Optional[str] = ...) -> None: ...
+
+class ContainmentControl(_message.Message):
+    __slots__ = ("control", "state")
+    CONTROL_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    control: str
+    state: str
+    def __init__(self, control: _Optional[str] = ..., state: _Optional[str] = ...) -> None: ...
 
 class WorkspaceStatus(_message.Message):
     __slots__ = ("root", "state", "files_done", "files_total", "note")

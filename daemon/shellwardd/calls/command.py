@@ -15,7 +15,7 @@ from typing import Any
 
 from shellward.types import CallStatus, Code, Idempotency, LedgerEntry, Verdict
 from shellwardd import requests
-from shellwardd.config import Config
+from shellwardd.config import Config, merge_limits
 from shellwardd.errors import InvalidArgument
 from shellwardd.requests import TOOL_RUN_COMMAND, CommandRequest
 from shellwardd.sandbox import ProcessOutcome, Sandbox, SandboxSpec
@@ -81,7 +81,9 @@ class CommandKind:
         def work(
             started: LedgerEntry, cancel: threading.Event, listener: CallListener
         ) -> LedgerEntry:
-            outcome = self._sandbox.run(self._spec(started, request), listener.output, cancel)
+            outcome = self._sandbox.run(
+                self._spec(started, request), listener.output, cancel, call_id=started.call_id
+            )
             return finished_entry(started, outcome, time.time())
 
         return Execution(work, exclusive=idempotency is not Idempotency.IDEMPOTENT)
@@ -97,7 +99,7 @@ class CommandKind:
             env={**request.env, "SHELLWARD_CALL_ID": started.call_id},
             network=started.network_granted,
             timeout=started.timeout_seconds,
-            limits=request.limits or self._config.limits,
+            limits=merge_limits(self._config.limits, request.limits),
             output_cap=self._config.output_cap_bytes,
             hidden=(self._config.state_dir, self._config.socket.parent),
             read_only=(workspace / COOKIE_DIR,),

@@ -1,0 +1,111 @@
+"""A few containment tests again, with the daemon running as an ordinary user.
+
+The user is created once per session with ``useradd`` (so the tests need root to set up,
+and are skipped otherwise: then the whole suite already runs unprivileged).
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from shellward import Client
+from tests.helpers import host_processes, wait_for
+
+USER = "shellward-redteam"
+ROOT_DIR = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def user() -> pwd.struct_passwd:
+    if os.geteuid() != 0:
+        pytest.skip("creating the test user needs root")
+    try:
+        return pwd.getpwnam(USER)
+    except KeyError:
+        subprocess.run(["useradd", "--create-home", "--shell", "/bin/sh", USER], check=True)
+        return pwd.getpwnam(USER)
+
+
+@pytest.fixture(scope="module")
+def user_daemon(user: pwd.struct_passwd) -> Iterator[tuple[Client, Path]]:
+    home = Path(user.pw_dir)
+    base = home / f"t{os.getpid()}"
+    workspace = base / "workspace"
+    workspace.mkdir(parents=True)
+    shutil.chown(base, user.pw_uid, user.pw_gid)
+    shutil.chown(workspace, user.pw_uid, user.pw_gid)
+    socket = base / "s.sock"
+    env = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": str(home),
+        "PYTHONPATH": f"{ROOT_DIR / 'daemon'}:{ROOT_DIR / 'client'}",
+    }
+    process = subprocess.Popen(
+        [
+            "setpriv", "--reuid", str(user.pw_uid), "--regid", str(user.pw_gid),
+            "--init-groups", "--",
+            sys.executable, "-m", "shellwardd.main", "--socket", str(socket),
+            "--state-dir", str(base / "state"), "--workspace", str(workspace),
+        ],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=workspace,
+    )  # fmt: skip
+    assert process.stdout is not None
+    banner = process.stdout.readline()
+    assert "listening on" in banner, banner + process.stdout.read()
+    client = Client(socket)
+    yield client, workspace
+    client.close()
+    process.terminate()
+    process.wait(timeout=30)
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def test_runs_as_the_user_without_capabilities(user_daemon: tuple[Client, Path]) -> None:
+    client, workspace = user_daemon
+    result = client.run_command(
+        "grep CapEff /proc/self/status; mount -o remount,rw,bind / && echo remounted;"
+        " unshare -U true && echo unshared; cat /etc/shadow",
+        cwd=workspace,
+    )
+    assert "CapEff:\t0000000000000000" in result.stdout.text
+    assert "remounted" not in result.stdout.text and "unshared" not in result.stdout.text
+    assert "root:" not in result.stdout.text
+
+
+def test_ld_preload_stays_inside(user_daemon: tuple[Client, Path]) -> None:
+    client, workspace = user_daemon
+    # /tmp is private inside the sandbox: the marker appears on the host only if a host
+    # process (setpriv, prlimit, bwrap) loaded the library.
+    marker = Path("/tmp") / f"shellward-preloaded-{os.getpid()}"
+    (workspace / "evil.c").write_text(
+        "#include <stdio.h>\n__attribute__((constructor)) static void hit(void) {\n"
+        f'  FILE *f = fopen("{marker}", "a"); if (f) fclose(f);\n}}\n'
+    )
+    assert client.run_command("gcc -shared -fPIC -o evil.so evil.c", cwd=workspace).ok
+    result = client.run_command(
+        "echo $FOO", cwd=workspace, env={"LD_PRELOAD": f"{workspace}/evil.so", "FOO": "bar"}
+    )
+    assert result.stdout.text == "bar\n"
+    assert not marker.exists(), "the request's LD_PRELOAD ran outside the sandbox"
+
+
+def test_timeout_leaves_nothing_running(user_daemon: tuple[Client, Path]) -> None:
+    client, workspace = user_daemon
+    result = client.run_command("(setsid sleep 191 &); sleep 192", cwd=workspace, timeout=1)
+    assert not result.ok
+    wait_for(lambda: not host_processes("sleep 191") and not host_processes("sleep 192"))
+
+
+def test_status_says_rlimits_or_cgroup(user_daemon: tuple[Client, Path]) -> None:
+    client, _ = user_daemon
+    controls = {c.control: c.state for c in client.status().containment}
+    assert controls["capabilities"].startswith("none")
+    assert controls["user namespace"].startswith("yes")
