@@ -10,7 +10,6 @@ import pytest
 from shellwardd.classifier import (
     Classifier,
     RuleFileError,
-    check_rule_file,
     load_repo_rules,
     load_rules,
 )
@@ -138,36 +137,6 @@ def test_a_failing_example_refuses_the_file_naming_line_and_example(tmp_path: Pa
     err = error(path)
     assert err.line == 9
     assert "example `mytool b` should not be idempotent/auto" in err.message
-    assert check_rule_file(path) == [str(err)]
-
-
-def test_check_rule_file_reports_every_failing_example(tmp_path: Path) -> None:
-    text = (
-        "[[rule]]\nid = 'tool'\nprogram = 'mytool'\nidempotency = 'idempotent'\nreplay = 'auto'\n"
-        "reason = 'r'\nmatch = ['mytool a']\n"
-        "when = [\n  { flags = ['--go'], idempotency = 'non_idempotent', replay = 'never',"
-        " reason = 'goes', match = ['mytool --stay'] },\n]\nnot_match = ['mytool c']\n"
-    )
-    problems = check_rule_file(write(tmp_path / "r.toml", text))
-    assert len(problems) == 2
-    assert problems[0].startswith(f"{tmp_path / 'r.toml'}:11: example `mytool c`")
-    assert problems[1].startswith(f"{tmp_path / 'r.toml'}:9: example `mytool --stay`")
-    assert check_rule_file(tmp_path / "missing.toml")[0].endswith(
-        "No such file or directory: '" + str(tmp_path / "missing.toml") + "'"
-    )
-
-
-def test_builtin_files_check_clean() -> None:
-    import importlib.resources
-
-    files = [
-        f
-        for f in importlib.resources.files("shellwardd.builtin_rules").iterdir()
-        if f.name.endswith(".toml")
-    ]
-    assert len(files) >= 6
-    for f in files:
-        assert check_rule_file(Path(str(f))) == [], f.name
 
 
 def test_user_rules_replace_builtins_with_the_same_key(tmp_path: Path) -> None:

@@ -15,7 +15,6 @@ def test_public_api() -> None:
         "LiveRules",
         "RuleFileError",
         "RuleSet",
-        "check_rule_file",
         "load_repo_rules",
         "load_rules",
     ]

@@ -48,6 +48,8 @@ class FakeSandbox:
         on_output: Callable[[OutputChunk], None],
         cancel: threading.Event,
         on_spawn: Callable[[], None] | None = None,
+        *,
+        call_id: str = "",
     ) -> ProcessOutcome:
         self.ran.append(spec.command)
         with (spec.workspace / "effects.txt").open("a") as out:

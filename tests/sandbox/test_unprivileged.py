@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from shellward import Client
+from shellward.types import Code
 from tests.helpers import host_processes, wait_for
 
 USER = "shellward-redteam"
@@ -90,10 +91,15 @@ def test_ld_preload_stays_inside(user_daemon: tuple[Client, Path]) -> None:
         f'  FILE *f = fopen("{marker}", "a"); if (f) fclose(f);\n}}\n'
     )
     assert client.run_command("gcc -shared -fPIC -o evil.so evil.c", cwd=workspace).ok
-    result = client.run_command(
+    pending = client.run_command(
         "echo $FOO", cwd=workspace, env={"LD_PRELOAD": f"{workspace}/evil.so", "FOO": "bar"}
     )
-    assert result.stdout.text == "bar\n"
+    # The classifier asks a human first (LD_PRELOAD changes what a program does); approved,
+    # the call runs, and the library is loaded inside only.
+    assert pending.code is Code.NEEDS_APPROVAL, pending.content
+    client.approve(pending.call_id)
+    result = client.wait_call(pending.call_id)
+    assert result.stdout.text == "bar\n", result.content
     assert not marker.exists(), "the request's LD_PRELOAD ran outside the sandbox"
 
 

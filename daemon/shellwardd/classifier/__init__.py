@@ -9,7 +9,7 @@ See rules/README.md for the rule file format.
 
 from .classifier import Classifier
 from .live import LiveRules
-from .loading import check_rule_file, load_repo_rules, load_rules
+from .loading import load_repo_rules, load_rules
 from .rules import RuleFileError
 from .ruleset import RuleSet
 
@@ -18,7 +18,6 @@ __all__ = [
     "LiveRules",
     "RuleFileError",
     "RuleSet",
-    "check_rule_file",
     "load_repo_rules",
     "load_rules",
 ]

@@ -145,18 +145,6 @@ def _widenings(rules: Sequence[Rule], below: RuleIndex) -> list[RuleFileError]:
     return problems
 
 
-def check_rule_file(path: Path) -> list[str]:
-    """Every problem of one rule file, layered over the built-ins, as ``file:line: …``."""
-    try:
-        rules, text = _read(Path(path), "user")
-        check_conflicts(rules)
-        builtin, _, _ = _builtins()
-        index = RuleIndex.build([*builtin, *rules])
-    except RuleFileError as exc:
-        return [str(exc)]
-    return [str(p) for p in check_examples(rules, index, None, {str(path): text})]
-
-
 def _read(path: Path, source: str) -> tuple[list[Rule], str]:
     text = read_text(path, RuleFileError, "rule file")
     return parse_rule_file(text, str(path), source), text

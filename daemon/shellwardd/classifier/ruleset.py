@@ -25,8 +25,6 @@ class ProgramRules:
     base: Rule | None
     subs: Mapping[tuple[str, ...], Rule]
     longest_sub: int
-    # Flags of the program itself that take a value: skipped when looking for a subcommand.
-    global_value_flags: frozenset[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,9 +47,6 @@ class RuleIndex:
                 base=base,
                 subs=by_sub,
                 longest_sub=max(map(len, by_sub), default=0),
-                global_value_flags=base.value_flags | frozenset(base.value_roles)
-                if base
-                else frozenset(),
             )
         return cls(programs)
 

@@ -71,15 +71,6 @@ class OutcomeKind(enum.Enum):
     LOST = "lost"
     UNAVAILABLE = "unavailable"
 
-    @property
-    def sent(self) -> bool:
-        return self is not OutcomeKind.UNAVAILABLE
-
-    @property
-    def uncertain(self) -> bool:
-        """Sent, and nobody knows whether it ran: the ledger records ``uncertain``."""
-        return self in (OutcomeKind.TIMEOUT, OutcomeKind.LOST)
-
 
 @dataclass(frozen=True)
 class ToolInfo:
