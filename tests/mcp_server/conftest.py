@@ -1,0 +1,50 @@
+"""One real daemon shared by the MCP tests, and ways to reach it through ``shellward mcp``
+with the SDK's own client, over stdio (a subprocess, as a host starts it)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+from mcp import ClientSession, StdioServerParameters, stdio_client
+
+from tests.helpers import Daemon, start_daemon
+
+
+@pytest.fixture(scope="package")
+def mcp_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    root = tmp_path_factory.mktemp("mcp")
+    workspace = root / "workspace"
+    workspace.mkdir()
+    handle = start_daemon(root / "run" / "shellward.sock", root / "state", workspace)
+    yield handle
+    handle.stop(signal.SIGKILL if handle.process.poll() is None else signal.SIGTERM)
+
+
+def clean_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("SHELLWARD_")}
+
+
+def mcp_command(socket: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "shellward.cli", "--socket", str(socket), "mcp", *args]
+
+
+@asynccontextmanager
+async def mcp_session(
+    socket: Path, cwd: Path, *args: str, errlog: Path | None = None
+) -> AsyncIterator[ClientSession]:
+    """``shellward mcp`` started as a host starts it, and an initialized SDK session to it."""
+    command, *rest = mcp_command(socket, *args)
+    parameters = StdioServerParameters(command=command, args=rest, env=clean_env(), cwd=str(cwd))
+    with (errlog or Path(os.devnull)).open("w") as err:
+        async with (
+            stdio_client(parameters, errlog=err) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            yield session
