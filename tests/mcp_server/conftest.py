@@ -3,6 +3,7 @@ with the SDK's own client, over stdio (a subprocess, as a host starts it)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -15,13 +16,30 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from tests.helpers import Daemon, start_daemon
 
+MOCK = Path(__file__).resolve().parents[1] / "mocks" / "business_mcp.py"
+
+
+def mock_log(daemon: Daemon) -> Path:
+    """Where the mock business server (`biz` in the daemon's tools config) logs requests."""
+    return daemon.workspace.parent / "mock-log.jsonl"
+
 
 @pytest.fixture(scope="package")
 def mcp_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    """The daemon every MCP test talks to; its tools config declares the mock business
+    server as `biz`."""
     root = tmp_path_factory.mktemp("mcp")
     workspace = root / "workspace"
     workspace.mkdir()
-    handle = start_daemon(root / "run" / "shellward.sock", root / "state", workspace)
+    config = root / "tools.toml"
+    config.write_text(
+        '[[server]]\nname = "biz"\n'
+        f"command = {json.dumps([sys.executable, str(MOCK)])}\n"
+        f"env = {{ MOCK_LOG = {json.dumps(str(root / 'mock-log.jsonl'))} }}\n"
+    )
+    handle = start_daemon(
+        root / "run" / "shellward.sock", root / "state", workspace, "--tools-config", str(config)
+    )
     yield handle
     handle.stop(signal.SIGKILL if handle.process.poll() is None else signal.SIGTERM)
 

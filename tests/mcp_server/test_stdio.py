@@ -14,7 +14,8 @@ from mcp import ClientSession
 
 from shellward.types import CallStatus
 from tests.helpers import Daemon
-from tests.mcp_server.conftest import clean_env, mcp_command, mcp_session
+from tests.mcp_server.conftest import clean_env, mcp_command, mcp_session, mock_log
+from tests.mocks.business_mcp import read_log
 
 BUILTIN_FILE_TOOLS = {"read_file", "list_files", "write_file", "apply_patch"}
 
@@ -267,3 +268,30 @@ def test_no_daemon_says_how_to_start_one(tmp_path: Path) -> None:
     assert done.stdout == ""  # stdout is the protocol's: nothing else goes there
     assert "no shellward daemon answers" in done.stderr and "make serve" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_business_tool_is_ledgered_and_a_retried_step_is_not_sent_twice(
+    mcp_daemon: Daemon,
+) -> None:
+    step = _step()
+    order = {"customer_id": f"c-{step}", "item": "book", "quantity": 1, "step_id": step}
+
+    async def main() -> tuple[dict[str, types.Tool], types.CallToolResult, types.CallToolResult]:
+        async with mcp_session(mcp_daemon.socket, mcp_daemon.workspace) as session:
+            tools = await _tools(session)
+            first = await session.call_tool("biz.create_order", order)
+            again = await session.call_tool("biz.create_order", order)
+            return tools, first, again
+
+    tools, first, again = _run(main)
+    hints = tools["biz.create_order"].annotations
+    assert hints is not None and hints.read_only_hint is False and hints.open_world_hint is True
+    assert "biz" in (tools["biz.create_order"].description or "")
+    assert _data(first)["ok"] and _data(first)["output"]
+    assert _data(again)["replayed"] is True and _data(again)["output"] == _data(first)["output"]
+    sent = [
+        entry
+        for entry in read_log(mock_log(mcp_daemon))
+        if entry["tool"] == "create_order" and entry["arguments"]["customer_id"] == f"c-{step}"
+    ]
+    assert len(sent) == 1, sent
