@@ -232,25 +232,47 @@ def test_bad_arguments_are_an_answer_not_a_crash(mcp_daemon: Daemon) -> None:
     assert _data(alive)["ok"] and "still-alive" in _text(alive)
 
 
-def test_cancelled_call_stops_waiting_and_the_server_keeps_serving(
-    mcp_daemon: Daemon, tmp_path: Path
+def test_cancelled_call_stops_waiting_the_command_runs_on_and_a_retry_is_not_a_second_run(
+    mcp_daemon: Daemon,
 ) -> None:
     step = _step()
+    args = {"command": "sleep 3; echo done >> slow.txt", "step_id": step}
 
-    async def main() -> types.CallToolResult:
+    async def main() -> tuple[types.CallToolResult, types.CallToolResult]:
         async with mcp_session(mcp_daemon.socket, mcp_daemon.workspace) as session:
-            with anyio.move_on_after(2):
-                await session.call_tool(
-                    "run_command", {"command": "sleep 3; echo done > slow.txt", "step_id": step}
-                )
-            return await session.call_tool("run_command", {"command": "echo after-cancel"})
+            with anyio.move_on_after(1):  # the SDK sends notifications/cancelled
+                await session.call_tool("run_command", args)
+            retry = await session.call_tool("run_command", args)
+            after = await session.call_tool("run_command", {"command": "echo after-cancel"})
+            return retry, after
 
-    after = _run(main)
+    retry, after = _run(main)
+    assert _data(retry)["code"] == "IN_PROGRESS" and retry.is_error
     assert _data(after)["ok"] and "after-cancel" in _text(after)
-    # The daemon has no cancel: the command ran on and is in the ledger under its step.
+    # The daemon has no cancel: the command ran on, once, and is in the ledger under its step.
     with mcp_daemon.client() as client:
-        entries = [e for e in client.list_calls(limit=200) if e.step_id == step]
-        assert len(entries) == 1
+        finished = client.wait_call(_data(retry)["call_id"], timeout=30)
+        assert finished.ok and finished.step_id == step
+    assert (mcp_daemon.workspace / "slow.txt").read_text() == "done\n"
+
+
+def test_an_approved_call_is_answered_to_the_retried_step(mcp_daemon: Daemon) -> None:
+    step = _step()
+    args = {"command": "alias ll=ls", "step_id": step}
+
+    async def main() -> tuple[types.CallToolResult, types.CallToolResult]:
+        async with mcp_session(mcp_daemon.socket, mcp_daemon.workspace) as session:
+            asked = await session.call_tool("run_command", args)
+            call_id = _data(asked)["call_id"]
+            with mcp_daemon.client() as client:  # the human, outside the model's reach
+                client.approve(call_id)
+                client.wait_call(call_id, timeout=30)
+            return asked, await session.call_tool("run_command", args)
+
+    asked, answered = _run(main)
+    assert _data(asked)["code"] == "NEEDS_APPROVAL" and "same step_id" in _text(asked)
+    assert _data(answered)["ok"] and _data(answered)["replayed"] is True
+    assert _data(answered)["call_id"] == _data(asked)["call_id"]
 
 
 def test_no_daemon_says_how_to_start_one(tmp_path: Path) -> None:
