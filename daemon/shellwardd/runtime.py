@@ -595,6 +595,7 @@ class Runtime:
                 output_cap=self._config.output_cap_bytes,
                 hidden=(self._config.state_dir, self._config.socket.parent),
                 read_only=(workspace / COOKIE_DIR,),
+                toolchains=self._config.toolchains,
             )
             outcome = self._sandbox.run(spec, listener.output, cancel)
             return finished_entry(started, outcome, time.time())

@@ -57,6 +57,9 @@ class SandboxSpec:
     # Paths inside the workspace the command may read but not write (the write
     # detector's cookie directory: a forged cookie would close a call's window early).
     read_only: Sequence[Path] = ()
+    # The operator's toolchain directories: first on PATH, and read-only even inside the
+    # workspace, so that no command can replace the program a later `pytest` runs.
+    toolchains: Sequence[Path] = ()
 
 
 @dataclass(frozen=True)
@@ -178,7 +181,7 @@ class Sandbox:
         for path in spec.hidden:
             if path.is_dir() and not _is_inside(spec.workspace, path):
                 args += ["--tmpfs", str(path)]
-        for path in spec.read_only:
+        for path in (*spec.read_only, *spec.toolchains):
             if path.exists():
                 args += ["--ro-bind", str(path), str(path)]
         args += ["--chdir", str(spec.cwd)]
@@ -193,7 +196,8 @@ class Sandbox:
     ) -> ProcessOutcome:
         """Run to completion, timeout or cancellation; never raises for the command's faults."""
         status_read, status_write = os.pipe() if self.enabled else (None, None)
-        env = {"PATH": BASE_PATH, "LANG": "C.UTF-8", "HOME": str(self._home), "TERM": "dumb"}
+        path = ":".join([*map(str, spec.toolchains), BASE_PATH])
+        env = {"PATH": path, "LANG": "C.UTF-8", "HOME": str(self._home), "TERM": "dumb"}
         env.update(spec.env)
         start = time.monotonic()
         try:

@@ -1,0 +1,91 @@
+"""``--toolchain DIR``: the operator's program directories on the sandbox's PATH, read-only.
+
+The venv that runs these tests is the toolchain: with it, `pytest` and `python -m pytest`
+resolve in the sandbox as in the user's terminal; a command cannot replace a program in a
+toolchain directory, even one inside the workspace.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from shellward import Client
+from shellward.types import Code
+from shellwardd.config import ConfigError, load_config
+from tests.helpers import Daemon, start_daemon
+
+VENV_BIN = Path(sys.executable).parent
+SCRIPT = "#!/bin/sh\necho toolchain-tool\n"
+
+
+@pytest.fixture
+def toolchain_daemon(tmp_path: Path, workspace: Path) -> Iterator[Daemon]:
+    inside = workspace / ".venv" / "bin"
+    inside.mkdir(parents=True)
+    tool = inside / "ws-tool"
+    tool.write_text(SCRIPT)
+    tool.chmod(0o755)
+    handle = start_daemon(
+        tmp_path / "run" / "shellward.sock", tmp_path / "state", workspace,
+        "--toolchain", str(inside), "--toolchain", str(VENV_BIN),
+    )  # fmt: skip
+    yield handle
+    handle.stop(signal.SIGKILL if handle.process.poll() is None else signal.SIGTERM)
+
+
+def _run(daemon: Daemon, command: str) -> tuple[Code, int | None, str]:
+    with Client(daemon.socket) as client:
+        result = client.run_command(command, cwd=daemon.workspace, timeout=120)
+    return result.code, result.exit_code, result.stdout.text + result.stderr.text
+
+
+def test_pytest_and_python_resolve_from_the_toolchain(toolchain_daemon: Daemon) -> None:
+    code, exit_code, output = _run(toolchain_daemon, "pytest --version")
+    assert (code, exit_code) == (Code.OK, 0) and "pytest" in output, output
+    code, exit_code, output = _run(toolchain_daemon, "python -m pytest --version")
+    assert (code, exit_code) == (Code.OK, 0) and "pytest" in output, output
+    code, _, output = _run(toolchain_daemon, "ws-tool")
+    assert code is Code.OK and "toolchain-tool" in output
+
+
+@pytest.mark.parametrize(
+    "attack",
+    [
+        "echo 'echo hijacked' > .venv/bin/ws-tool",
+        "rm -f .venv/bin/ws-tool",
+        "mv .venv/bin/ws-tool .venv/bin/old",
+        "echo 'echo hijacked' > .venv/bin/pytest && chmod +x .venv/bin/pytest",
+    ],
+)
+def test_a_command_cannot_replace_a_toolchain_program(
+    toolchain_daemon: Daemon, attack: str
+) -> None:
+    code, _, output = _run(toolchain_daemon, attack)
+    assert code is not Code.OK, output
+    tool = toolchain_daemon.workspace / ".venv" / "bin" / "ws-tool"
+    assert tool.read_text() == SCRIPT
+    assert not (toolchain_daemon.workspace / ".venv" / "bin" / "pytest").exists()
+    assert "toolchain-tool" in _run(toolchain_daemon, "ws-tool")[2]
+
+
+@pytest.mark.parametrize("raw", ["relative/bin", "/no/such/dir", "/tmp/a:b"])
+def test_a_toolchain_must_be_an_absolute_directory(raw: str, tmp_path: Path) -> None:
+    if raw == "/tmp/a:b":
+        Path(raw).mkdir(exist_ok=True)
+    with pytest.raises(ConfigError, match="--toolchain"):
+        load_config(["--workspace", str(tmp_path), "--toolchain", raw], env={})
+
+
+def test_toolchains_from_the_environment_keep_their_order(tmp_path: Path) -> None:
+    first, second = tmp_path / "a", tmp_path / "b"
+    first.mkdir()
+    second.mkdir()
+    config = load_config(
+        ["--workspace", str(tmp_path)], env={"SHELLWARD_TOOLCHAIN": f"{second}:{first}"}
+    )
+    assert config.toolchains == (second, first)
