@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.client.session import ElicitationFnT
 
 from tests.helpers import Daemon, start_daemon
 
@@ -54,15 +55,20 @@ def mcp_command(socket: Path, *args: str) -> list[str]:
 
 @asynccontextmanager
 async def mcp_session(
-    socket: Path, cwd: Path, *args: str, errlog: Path | None = None
+    socket: Path,
+    cwd: Path,
+    *args: str,
+    errlog: Path | None = None,
+    elicitation: ElicitationFnT | None = None,
 ) -> AsyncIterator[ClientSession]:
-    """``shellward mcp`` started as a host starts it, and an initialized SDK session to it."""
+    """``shellward mcp`` started as a host starts it, and an initialized SDK session to it;
+    ``elicitation``: the host's user, answering approvals (None: a host that cannot ask)."""
     command, *rest = mcp_command(socket, *args)
     parameters = StdioServerParameters(command=command, args=rest, env=clean_env(), cwd=str(cwd))
     with (errlog or Path(os.devnull)).open("w") as err:
         async with (
             stdio_client(parameters, errlog=err) as (read, write),
-            ClientSession(read, write) as session,
+            ClientSession(read, write, elicitation_callback=elicitation) as session,
         ):
             await session.initialize()
             yield session

@@ -10,6 +10,7 @@ from typing import Any
 import anyio
 import jsonschema
 import mcp_types as types
+import pytest
 from mcp import ClientSession
 
 from shellward.types import CallStatus
@@ -317,3 +318,65 @@ def test_business_tool_is_ledgered_and_a_retried_step_is_not_sent_twice(
         if entry["tool"] == "create_order" and entry["arguments"]["customer_id"] == f"c-{step}"
     ]
     assert len(sent) == 1, sent
+
+
+def _human(action: str, approve: bool | None = None) -> Any:
+    """A host whose user answers every elicitation with ``action`` (and ``approve``)."""
+    asked: list[str] = []
+
+    async def answer(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        assert isinstance(params, types.ElicitRequestFormParams)
+        asked.append(params.message)
+        content = None if approve is None else {"approve": approve}
+        return types.ElicitResult(action=action, content=content)  # type: ignore[arg-type]
+
+    answer.asked = asked  # type: ignore[attr-defined]
+    return answer
+
+
+@pytest.mark.parametrize(
+    ("action", "approve", "runs"),
+    [("accept", True, True), ("accept", False, False), ("decline", None, False)],
+)
+def test_approval_through_elicitation(
+    mcp_daemon: Daemon, action: str, approve: bool | None, runs: bool
+) -> None:
+    marker = f"elicited-{uuid.uuid4().hex[:8]}.txt"
+    human = _human(action, approve)
+
+    async def main() -> types.CallToolResult:
+        async with mcp_session(
+            mcp_daemon.socket, mcp_daemon.workspace, elicitation=human
+        ) as session:
+            return await session.call_tool(
+                "run_command", {"command": f"alias ll=ls; touch {marker}", "step_id": _step()}
+            )
+
+    result = _run(main)
+    data = _data(result)
+    assert len(human.asked) == 1 and data["call_id"] in human.asked[0]
+    assert (mcp_daemon.workspace / marker).exists() is runs
+    with mcp_daemon.client() as client:
+        status = client.get_call(data["call_id"]).status
+    if runs:
+        assert data["ok"] and data["code"] == "OK" and status is CallStatus.SUCCEEDED
+    else:
+        assert result.is_error and status is CallStatus.DENIED, data
+        assert data["code"] == "PERMISSION_DENIED"
+
+
+def test_a_dismissed_question_leaves_the_call_pending(mcp_daemon: Daemon) -> None:
+    human = _human("cancel")
+
+    async def main() -> types.CallToolResult:
+        async with mcp_session(
+            mcp_daemon.socket, mcp_daemon.workspace, elicitation=human
+        ) as session:
+            return await session.call_tool(
+                "run_command", {"command": "alias la=ls", "step_id": _step()}
+            )
+
+    data = _data(_run(main))
+    assert data["code"] == "NEEDS_APPROVAL" and len(human.asked) == 1
+    with mcp_daemon.client() as client:
+        assert client.get_call(data["call_id"]).status is CallStatus.PENDING_APPROVAL

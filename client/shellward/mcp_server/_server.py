@@ -14,8 +14,11 @@ Choices, and why:
 - Cancellation: the host's ``notifications/cancelled`` cancels the handler, which cancels
   the gRPC stream. The daemon has no cancel RPC: the command keeps running to its end or
   its time limit, and is recorded; a retry of the same step waits for or returns it.
-- Approving is never a tool: a call that needs a human answers NEEDS_APPROVAL with the
-  ``shellward approve`` instruction for the user.
+- Approving is never a tool the model can call. A call that needs a human is put to the
+  host's user through ``elicitation/create`` when the host declares that capability (approve
+  once, or deny; dismissing it leaves the call pending); otherwise it answers NEEDS_APPROVAL
+  with the ``shellward approve`` instruction for the user. The host is the agent runtime,
+  trusted as the holder of the daemon's socket is: what it relays is the user's answer.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from mcp.server.lowlevel.server import Server
 
 from shellward._async import AsyncClient
 from shellward._exceptions import InvalidRequest, ShellwardError
-from shellward.types import CommandResult, OutputChunk
+from shellward.types import Code, CommandResult, OutputChunk
 
 from . import _results
 from ._tools import CLASSIFY, OWN_NAMES, OWN_TOOLS, RECOVER, RUN_COMMAND, STEP_ID, daemon_tool
@@ -39,6 +42,21 @@ from ._tools import CLASSIFY, OWN_NAMES, OWN_TOOLS, RECOVER, RUN_COMMAND, STEP_I
 SERVER_NAME = "shellward"
 STEP_META_KEY = "shellward/step_id"
 SESSION_HEADER = "mcp-session-id"
+# How long an approved call may take before the answer is IN_PROGRESS (then retry the step).
+APPROVED_WAIT_SECONDS = 3600.0
+
+_ELICITATION = types.ClientCapabilities(elicitation=types.ElicitationCapability())
+_APPROVAL_FORM: types.ElicitRequestedSchema = {
+    "type": "object",
+    "properties": {
+        "approve": {
+            "type": "boolean",
+            "title": "Run it once",
+            "description": "Yes runs this call once; no refuses it for good.",
+        }
+    },
+    "required": ["approve"],
+}
 
 INSTRUCTIONS = """\
 shellward runs your shell commands and file edits in a sandbox and records each one. Give \
@@ -127,7 +145,7 @@ class ShellwardMcp:
                 run_id=run,
                 step_id=step,
             )
-            return _results.command_result(result)
+            return _results.command_result(await self._ask_human(ctx, result))
         except ShellwardError as exc:
             return _results.error_result(exc)
 
@@ -155,8 +173,34 @@ class ShellwardMcp:
                 text = event.data.decode("utf-8", errors="replace")
                 await ctx.session.report_progress(sent, None, f"{event.stream.value}: {text}")
             elif isinstance(event, CommandResult):
-                return _results.command_result(event)
+                return _results.command_result(await self._ask_human(ctx, event))
         raise ShellwardError("the daemon ended the call without a result; see `shellward ledger`")
+
+    async def _ask_human(
+        self, ctx: ServerRequestContext[Any], result: CommandResult
+    ) -> CommandResult:
+        """A call waiting for approval, put to the host's user when the host can ask; the
+        call's final result on an answer, ``result`` itself when nobody was asked or the
+        user dismissed the question (the call stays pending for `shellward approve`)."""
+        if result.code is not Code.NEEDS_APPROVAL or not result.call_id:
+            return result
+        if not ctx.session.check_client_capability(_ELICITATION):
+            return result
+        reason = result.verdict.reason if result.verdict else result.content
+        answer = await ctx.session.elicit_form(
+            f"shellward: the agent wants to run a call that needs your approval.\n{reason}\n"
+            f"Call {result.call_id}. Run it once?",
+            _APPROVAL_FORM,
+            related_request_id=ctx.request_id,
+        )
+        if answer.action == "cancel":
+            return result
+        approved = answer.action == "accept" and bool((answer.content or {}).get("approve"))
+        if approved:
+            await self.client.approve(result.call_id, reason="approved by the MCP host's user")
+        else:
+            await self.client.deny(result.call_id, reason="denied by the MCP host's user")
+        return await self.client.wait_call(result.call_id, timeout=APPROVED_WAIT_SECONDS)
 
     # --- identity and places -------------------------------------------------------------
 
