@@ -18,6 +18,7 @@ from types import FrameType
 
 from shellwardd import logs
 from shellwardd.classifier import LiveRules, RuleFileError, load_rules
+from shellwardd.classifier.toolchains import toolchains_for
 from shellwardd.config import Config, load_config
 from shellwardd.errors import ConfigError, ShellwardError
 from shellwardd.ledger import Ledger, LedgerError
@@ -90,7 +91,8 @@ def run(*, config: Config) -> int:
                 user_file=config.user_rules,
                 repo_roots=config.workspaces,
                 trusted_repos=config.trusted_repos,
-            )
+            ),
+            toolchains_for(config.toolchains, config.workspaces),
         )
     except RuleFileError as exc:
         print(f"shellwardd: refusing to start: broken rule file: {exc}", file=sys.stderr)

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from shellward import Client
-from shellward.types import Code
+from shellward.types import Code, ReplayPolicy
+from shellwardd.classifier.toolchains import toolchains_for
 from shellwardd.config import ConfigError, load_config
 from tests.helpers import Daemon, start_daemon
 
@@ -89,3 +90,38 @@ def test_toolchains_from_the_environment_keep_their_order(tmp_path: Path) -> Non
         ["--workspace", str(tmp_path)], env={"SHELLWARD_TOOLCHAIN": f"{second}:{first}"}
     )
     assert config.toolchains == (second, first)
+
+
+def test_a_program_the_file_tools_plant_in_a_workspace_toolchain_is_never_trusted(
+    toolchain_daemon: Daemon,
+) -> None:
+    workspace = toolchain_daemon.workspace
+    (workspace / "notes.txt").write_text("notes\n")
+    with Client(toolchain_daemon.socket) as client:
+        assert client.classify("cat notes.txt", cwd=workspace).replay_policy is ReplayPolicy.AUTO
+        planted = client.call_tool(
+            "write_file",
+            {"path": ".venv/bin/cat", "content": "#!/bin/sh\necho planted > planted.txt\n"},
+            cwd=workspace,
+        )
+        assert planted.ok, planted.content
+        (workspace / ".venv" / "bin" / "cat").chmod(0o755)
+        verdict = client.classify("cat notes.txt", cwd=workspace)
+        # A toolchain outside the workspaces is the operator's word: its pytest keeps its rule.
+        trusted = client.classify("pytest --version", cwd=workspace)
+    assert verdict.replay_policy is ReplayPolicy.NEVER
+    assert "toolchain inside a workspace" in verdict.reason
+    assert trusted.replay_policy is ReplayPolicy.ASK, trusted.reason
+
+
+def test_toolchains_are_marked_by_whether_a_workspace_holds_them(tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    (workspace / ".venv" / "bin").mkdir(parents=True)
+    outside = tmp_path / "outside" / "bin"
+    outside.mkdir(parents=True)
+    link = tmp_path / "link"
+    link.symlink_to(workspace)
+    marked = toolchains_for(
+        [workspace / ".venv" / "bin", outside, link / ".venv" / "bin"], [workspace]
+    )
+    assert [t.agent_writable for t in marked] == [True, False, True]
