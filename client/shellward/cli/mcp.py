@@ -6,7 +6,9 @@ import argparse
 import os
 import secrets
 import sys
+from pathlib import Path
 
+from . import _hostconfig as install
 from ._base import EXIT_OK, Commands, absolute_cwd, subparser
 
 MCP_EPILOG = """\
@@ -24,10 +26,30 @@ names the step, so a host (or model) retrying the same step gets the ledger's an
 needs `Authorization: Bearer TOKEN` (TOKEN from SHELLWARD_MCP_TOKEN, else a new one is
 printed to stderr). Only loopback addresses, unless --http-allow-remote.
 
+`shellward mcp install --client HOST` writes the entry that makes a host start this
+command into the host's configuration file (see `shellward mcp install --help`).
+
 examples:
   shellward mcp
   shellward mcp --run-id nightly-refactor --cwd ~/src/app
   SHELLWARD_MCP_TOKEN=s3cret shellward mcp --http 127.0.0.1:8765
+  shellward mcp install --client claude-code --dry-run
+"""
+
+INSTALL_EPILOG = """Adds (or updates) a server named `shellward` that runs this interpreter's
+`python -m shellward.cli mcp`, with the --socket given here if any. A second run changes
+nothing. Files:
+  claude-code  project: .mcp.json               user: ~/.claude.json
+  cursor       project: .cursor/mcp.json        user: ~/.cursor/mcp.json
+  gemini       project: .gemini/settings.json   user: ~/.gemini/settings.json
+  vscode       project: .vscode/mcp.json
+  codex                                         user: ~/.codex/config.toml
+A file that does not parse, or a different codex entry, is left alone with a message.
+
+examples:
+  shellward mcp install --client claude-code
+  shellward mcp install --client codex --dry-run
+  shellward --socket /run/shellward.sock mcp install --client cursor --scope user
 """
 
 TOKEN_ENV = "SHELLWARD_MCP_TOKEN"
@@ -62,10 +84,48 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_install(args: argparse.Namespace) -> int:
+    scope = args.scope or ("user" if install.HOSTS[args.client].project is None else "project")
+    path = install.config_path(
+        args.client, scope, project=Path(absolute_cwd(args.cwd)), home=Path.home()
+    )
+    server_args = [
+        "-m",
+        "shellward.cli",
+        *(["--socket", os.path.abspath(args.socket)] if args.socket else []),
+    ]
+    change = install.plan(args.client, path, sys.executable, [*server_args, "mcp"])
+    if not change.changed:
+        print(f"{path}: shellward is already configured; nothing to change")
+    elif args.dry_run:
+        print(change.diff(), end="")
+        print(f"(dry run: {path} not written)", file=sys.stderr)
+    else:
+        install.write(change)
+        print(f"{path}: shellward added for {args.client}; restart the host to use it")
+    return EXIT_OK
+
+
 def add(commands: Commands) -> None:
     mcp = subparser(
         commands, "mcp", cmd_mcp, "Serve the daemon to an agent host as an MCP server.", MCP_EPILOG
     )
+    actions = mcp.add_subparsers(title="more", metavar="install", required=False)
+    setup = subparser(
+        actions,
+        "install",
+        cmd_install,
+        "Write the entry that starts `shellward mcp` into an agent host's configuration.",
+        INSTALL_EPILOG,
+    )
+    setup.add_argument("--client", required=True, choices=sorted(install.HOSTS), help="the host")
+    setup.add_argument(
+        "--scope",
+        choices=("project", "user"),
+        help="this project's file or your user file (default: project where the host has one)",
+    )
+    setup.add_argument("--dry-run", action="store_true", help="print the change, write nothing")
+    setup.add_argument("--cwd", metavar="DIR", help="the project root (default: here)")
     mcp.add_argument(
         "--cwd",
         metavar="DIR",
