@@ -125,3 +125,16 @@ def test_toolchains_are_marked_by_whether_a_workspace_holds_them(tmp_path: Path)
         [workspace / ".venv" / "bin", outside, link / ".venv" / "bin"], [workspace]
     )
     assert [t.agent_writable for t in marked] == [True, False, True]
+
+
+def test_a_program_called_by_its_path_in_a_trusted_toolchain_keeps_its_rule(
+    toolchain_daemon: Daemon,
+) -> None:
+    workspace = toolchain_daemon.workspace
+    with Client(toolchain_daemon.socket) as client:
+        by_path = client.classify(f"{VENV_BIN}/pytest --version", cwd=workspace)
+        in_workspace = client.classify(".venv/bin/ws-tool", cwd=workspace)
+        elsewhere = client.classify("/opt/not-a-toolchain/pytest --version", cwd=workspace)
+    assert by_path.replay_policy is ReplayPolicy.ASK, by_path.reason
+    assert in_workspace.replay_policy is ReplayPolicy.NEVER
+    assert elsewhere.replay_policy is ReplayPolicy.NEVER

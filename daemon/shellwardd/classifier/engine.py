@@ -595,7 +595,14 @@ class Analyzer:
                     (f"runs `{name}`, a program inside the workspace, which rules never trust"),
                 )
         directory, base = os.path.split(path)
-        return path, ((path, base) if directory in SYSTEM_DIRS else (path,)), ""
+        return path, ((path, base) if self._trusted_directory(directory) else (path,)), ""
+
+    def _trusted_directory(self, directory: str) -> bool:
+        """A directory whose programs are what their names say: a system one, or an
+        operator's toolchain outside every workspace."""
+        return directory in SYSTEM_DIRS or any(
+            t.path == directory and not t.agent_writable for t in self.toolchains
+        )
 
     def _judge(
         self,
