@@ -94,6 +94,8 @@ class Config:
     trusted_repos: tuple[Path, ...] = ()
     ignore_globs: tuple[str, ...] = ()
     tools_config: Path | None = None
+    # Operator-trusted program directories, first on the sandbox's PATH and read-only in it.
+    toolchains: tuple[Path, ...] = ()
     user: str = ""
     retention_seconds: float = 7 * 24 * 3600.0
     approval_timeout: float = 3600.0
@@ -247,6 +249,14 @@ _OPTIONS = (
         repeatable=True,
     ),
     _Option(
+        "--toolchain",
+        "SHELLWARD_TOOLCHAIN",
+        "A directory of programs you trust (a virtualenv's bin, node_modules/.bin, "
+        "~/.cargo/bin): put first on the sandbox's PATH, in the order given, and read-only "
+        "inside it; repeatable (the variable takes a ':'-separated list).",
+        repeatable=True,
+    ),
+    _Option(
         "--tools-config",
         "SHELLWARD_TOOLS_CONFIG",
         "TOML file of MCP servers and tool pins (see docs/mcp.md). Default: none.",
@@ -386,6 +396,19 @@ def _existing_file(value: object, flag: str) -> Path | None:
     return path.absolute()
 
 
+def _toolchain(raw: str) -> Path:
+    path = Path(raw).expanduser()
+    if not path.is_absolute() or not path.is_dir():
+        raise ConfigError(
+            f"--toolchain {raw!r} is not an absolute path to a directory; give the directory "
+            "holding the programs (e.g. /home/me/app/.venv/bin)"
+        )
+    # ':' would split the sandbox's PATH into other directories than the one trusted.
+    if ":" in str(path):
+        raise ConfigError(f"--toolchain {raw!r} contains ':', which PATH cannot hold")
+    return path.absolute()
+
+
 def _validate(values: dict[str, object]) -> Config:
     workspaces = []
     for raw in _strings(values.get("workspace")) or [os.getcwd()]:
@@ -447,6 +470,7 @@ def _validate(values: dict[str, object]) -> Config:
         ),
         ignore_globs=tuple(_strings(values.get("ignore"))),
         tools_config=_existing_file(values.get("tools_config"), "--tools-config"),
+        toolchains=tuple(_toolchain(raw) for raw in _strings(values.get("toolchain"))),
         user=str(values.get("user") or getpass.getuser()),
         retention_seconds=_positive(values, "retention", 7 * 24 * 3600.0),
         approval_timeout=_positive(values, "approval_timeout", 3600.0),

@@ -33,6 +33,7 @@ from types import FrameType
 
 from shellwardd import logs, statedir
 from shellwardd.classifier import LiveRules, load_rules
+from shellwardd.classifier.toolchains import toolchains_for
 from shellwardd.config import Config, load_config
 from shellwardd.errors import (
     ConfigError,
@@ -147,7 +148,8 @@ class Daemon:
                 user_file=config.user_rules,
                 repo_roots=config.workspaces,
                 trusted_repos=config.trusted_repos,
-            )
+            ),
+            toolchains_for(config.toolchains, config.workspaces),
         )
 
         # 4. The ledger, and what a previous daemon left running.

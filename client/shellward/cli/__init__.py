@@ -18,7 +18,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from shellward._exceptions import InvalidRequest, ShellwardError
 
-from . import approvals, calls, classify, replay, rules, run, status, tools
+from . import approvals, calls, classify, mcp, replay, rules, run, status, tools
 from ._base import (
     EXIT_BROKEN_PIPE,
     EXIT_ERROR,
@@ -64,13 +64,14 @@ examples:
   shellward rules check
   shellward rules reload
   shellward status --socket /run/user/1000/shellward/shellward.sock
+  shellward mcp                      (an MCP server on stdio, for agent hosts)
 
 Connection options (--socket, --tcp, --token) go before or after the command.
 Start a daemon with `make serve` (or `shellwardd`); see `shellward COMMAND --help`.
 """
 
 # In the order `shellward --help` lists them.
-_COMMANDS = (run, calls, replay, approvals, classify, rules, status, tools)
+_COMMANDS = (run, calls, replay, approvals, classify, rules, status, tools, mcp)
 
 
 def build_parser() -> argparse.ArgumentParser:

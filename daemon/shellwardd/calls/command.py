@@ -103,6 +103,7 @@ class CommandKind:
             output_cap=self._config.output_cap_bytes,
             hidden=(self._config.state_dir, self._config.socket.parent),
             read_only=(workspace / COOKIE_DIR,),
+            toolchains=self._config.toolchains,
         )
 
 

@@ -4,7 +4,7 @@ raises except ValueError for input that holds no command at all."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from types import MappingProxyType
 
@@ -13,6 +13,7 @@ from shellward.types import CommandPart, Idempotency, ReplayPolicy, Verdict
 from .engine import RANK, Analyzer
 from .parse import is_blank
 from .ruleset import RepoRules, RuleIndex, RuleSet
+from .toolchains import Toolchain
 
 # Longer input is refused (fail closed) rather than handed to a parser of unknown cost.
 MAX_COMMAND_CHARS = 65536
@@ -21,8 +22,9 @@ MAX_COMMAND_CHARS = 65536
 class Classifier:
     """Classifies commands with one RuleSet; safe to share between threads."""
 
-    def __init__(self, rules: RuleSet) -> None:
+    def __init__(self, rules: RuleSet, toolchains: Sequence[Toolchain] = ()) -> None:
         self.rules = rules
+        self.toolchains = tuple(toolchains)
 
     def classify(
         self,
@@ -40,7 +42,13 @@ class Classifier:
             )
         scope = self.rules.for_directory(cwd if cwd is not None else workspace)
         verdict = classify_with(
-            command, scope.index, scope.constraints, cwd=cwd, workspace=workspace, env=env or {}
+            command,
+            scope.index,
+            scope.constraints,
+            cwd=cwd,
+            workspace=workspace,
+            env=env or {},
+            toolchains=self.toolchains,
         )
         if scope.broken is None:
             return verdict
@@ -68,10 +76,13 @@ def classify_with(
     cwd: str | None,
     workspace: str | None,
     env: Mapping[str, str] = MappingProxyType({}),
+    toolchains: Sequence[Toolchain] = (),
 ) -> Verdict:
     """Classify ``command`` (not blank) with explicit rule indexes."""
     everything = (0, len(command))
-    analyzer = Analyzer(index, constraints, cwd, workspace, source=command)
+    analyzer = Analyzer(
+        index, constraints, cwd, workspace, source=command, toolchains=tuple(toolchains)
+    )
     if len(command) > MAX_COMMAND_CHARS:
         analyzer.fail(everything, "", f"the command is longer than {MAX_COMMAND_CHARS} characters")
     else:

@@ -41,6 +41,7 @@ from .parse import Redirect, SimpleCommand, Word, join_context, parse
 from .rules import Condition, Role, Rule
 from .ruleset import ProgramRules, RuleIndex
 from .scripts import READERS
+from .toolchains import Toolchain, first_program
 
 NEVER = (Idempotency.NON_IDEMPOTENT, ReplayPolicy.NEVER)
 # Strictness ranks, looked up instead of the enums' own ordering (which lists the members
@@ -287,6 +288,8 @@ class Analyzer:
     source: str = ""  # the original command string, to map spans of re-parsed code
     # Repository configuration hazards, read once per git directory per command.
     git_hazards: dict[str, list[gitconfig.Hazard]] = field(default_factory=dict)
+    # The operator's toolchain directories, first on the sandbox's PATH.
+    toolchains: tuple[Toolchain, ...] = ()
 
     def code(
         self, text: str, context: str, base: int | None, fallback: tuple[int, int], depth: int
@@ -562,6 +565,14 @@ class Analyzer:
     def _resolve(self, name: str) -> tuple[str, tuple[str, ...], str]:
         """(resolved program, lookup keys, why it cannot be trusted or "")."""
         if "/" not in name:
+            found = first_program(self.toolchains, name)
+            if found is not None and found[1].agent_writable:
+                return (
+                    found[0],
+                    (),
+                    f"runs `{name}`, which is {found[0]}, in a toolchain inside a workspace: "
+                    "the file tools can replace it, so rules never trust it",
+                )
             return name, (name,), ""
         if name.startswith("~"):
             return (
@@ -584,7 +595,14 @@ class Analyzer:
                     (f"runs `{name}`, a program inside the workspace, which rules never trust"),
                 )
         directory, base = os.path.split(path)
-        return path, ((path, base) if directory in SYSTEM_DIRS else (path,)), ""
+        return path, ((path, base) if self._trusted_directory(directory) else (path,)), ""
+
+    def _trusted_directory(self, directory: str) -> bool:
+        """A directory whose programs are what their names say: a system one, or an
+        operator's toolchain outside every workspace."""
+        return directory in SYSTEM_DIRS or any(
+            t.path == directory and not t.agent_writable for t in self.toolchains
+        )
 
     def _judge(
         self,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from shellward.types import ReloadOutcome, Verdict
@@ -17,15 +17,17 @@ from .classifier import Classifier
 from .loading import load_repo_rules
 from .rules import RuleFileError
 from .ruleset import RepoRules, RuleSet
+from .toolchains import Toolchain
 
 log = logging.getLogger("shellwardd.rules")
 
 
 class LiveRules:
-    def __init__(self, load: Callable[[], RuleSet]) -> None:
+    def __init__(self, load: Callable[[], RuleSet], toolchains: Sequence[Toolchain] = ()) -> None:
         self._load = load
+        self._toolchains = tuple(toolchains)
         rules = load()  # RuleFileError here means: refuse to start
-        self._classifier = Classifier(rules)
+        self._classifier = Classifier(rules, self._toolchains)
         self._sources = rules.files
         self._lock = threading.Lock()
 
@@ -56,7 +58,7 @@ class LiveRules:
                 log.error("rule reload failed; the last good rules stay", extra={"error": str(exc)})
                 return ReloadOutcome(False, str(exc), self._sources)
             # One assignment each: a classification in flight uses the old or the new set.
-            self._classifier = Classifier(rules)
+            self._classifier = Classifier(rules, self._toolchains)
             self._sources = rules.files
             log.info("rules reloaded", extra={"sources": list(rules.files)})
             return ReloadOutcome(True, "", self._sources)

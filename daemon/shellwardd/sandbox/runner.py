@@ -77,6 +77,14 @@ class SandboxSpec:
     # Paths inside the workspace the command may read but not write (the write
     # detector's cookie directory: a forged cookie would close a call's window early).
     read_only: Sequence[Path] = ()
+    # The operator's toolchain directories: first on PATH, and read-only even inside the
+    # workspace, so that no command can replace the program a later `pytest` runs.
+    toolchains: Sequence[Path] = ()
+
+    @property
+    def base_env(self) -> dict[str, str]:
+        """What the command's environment starts from, before the request's variables."""
+        return {**BASE_ENV, "PATH": ":".join([*map(str, self.toolchains), BASE_ENV["PATH"]])}
 
 
 @dataclass(frozen=True)
@@ -269,11 +277,11 @@ class Sandbox:
                 raise SandboxUnavailable(
                     f"cannot give the sandbox user access to {spec.workspace}: {exc}"
                 ) from None
-        read_only, pinned = list(spec.read_only), list[Path]()
+        read_only, pinned = [*spec.read_only, *spec.toolchains], list[Path]()
         if not self._git_writable and spec.workspace != _PROBE:
             pinned, git_read_only = git_protected(spec.workspace)
             read_only += git_read_only
-        env = {"HOME": str(self._home), "TERM": "dumb", **spec.env}
+        env = {**spec.base_env, "HOME": str(self._home), "TERM": "dumb", **spec.env}
         return bwrap_args(
             workspace=spec.workspace,
             workspace_source=source,
@@ -336,7 +344,7 @@ class Sandbox:
                 ]
             else:
                 # No sandbox: env(1) sets the request's variables for bash only.
-                variables = {"HOME": str(self._home), "TERM": "dumb", **BASE_ENV, **spec.env}
+                variables = {"HOME": str(self._home), "TERM": "dumb", **spec.base_env, **spec.env}
                 argv = [*prefix, self._env, "-i", *(f"{k}={v}" for k, v in variables.items()),
                         self._bash, "-c", spec.command]  # fmt: skip
                 passed = []

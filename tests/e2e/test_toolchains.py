@@ -1,0 +1,174 @@
+"""``--toolchain DIR``: the operator's program directories on the sandbox's PATH, read-only.
+
+A venv with pytest is the toolchain: with it, `pytest` and `python -m pytest` resolve in the
+sandbox as in the user's terminal; a command cannot replace a program in a toolchain
+directory, even one inside the workspace. The venv is made for the test from the system's
+python3, in a directory a root daemon's unprivileged sandbox user can reach (the venv running
+these tests may live under /root, which that user cannot enter).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from shellward import Client
+from shellward.types import Code, ReplayPolicy
+from shellwardd.classifier.toolchains import toolchains_for
+from shellwardd.config import ConfigError, load_config
+from tests.helpers import Daemon, start_daemon
+
+SYSTEM_PYTHON = Path("/usr/bin/python3")
+# pytest and what it imports, copied from the venv running the tests.
+PYTEST_PACKAGES = ("pytest", "_pytest", "pluggy", "iniconfig", "packaging", "pygments", "py")
+SCRIPT = "#!/bin/sh\necho toolchain-tool\n"
+
+
+@pytest.fixture
+def venv_bin(host_dir: Path) -> Path:
+    """A venv of the system's python3 with pytest in it; its bin directory."""
+    if not SYSTEM_PYTHON.exists():
+        pytest.skip("needs the system's /usr/bin/python3 to build a toolchain venv")
+    venv = host_dir / "venv"
+    subprocess.run(
+        [str(SYSTEM_PYTHON), "-m", "venv", "--without-pip", str(venv)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    (site,) = (venv / "lib").glob("python3*/site-packages")
+    for name in PYTEST_PACKAGES:
+        spec = importlib.util.find_spec(name)
+        assert spec is not None and spec.origin is not None, name
+        origin = Path(spec.origin)
+        if origin.name == "__init__.py":
+            shutil.copytree(origin.parent, site / name)
+        else:
+            shutil.copy(origin, site / origin.name)
+    script = venv / "bin" / "pytest"
+    script.write_text(
+        f"#!{venv}/bin/python\nimport sys\nfrom pytest import console_main\n"
+        "sys.exit(console_main())\n"
+    )
+    script.chmod(0o755)
+    return venv / "bin"
+
+
+@pytest.fixture
+def toolchain_daemon(tmp_path: Path, workspace: Path, venv_bin: Path) -> Iterator[Daemon]:
+    inside = workspace / ".venv" / "bin"
+    inside.mkdir(parents=True)
+    tool = inside / "ws-tool"
+    tool.write_text(SCRIPT)
+    tool.chmod(0o755)
+    handle = start_daemon(
+        tmp_path / "run" / "shellward.sock", tmp_path / "state", workspace,
+        "--toolchain", str(inside), "--toolchain", str(venv_bin),
+    )  # fmt: skip
+    yield handle
+    handle.stop(signal.SIGKILL if handle.process.poll() is None else signal.SIGTERM)
+
+
+def _run(daemon: Daemon, command: str) -> tuple[Code, int | None, str]:
+    with Client(daemon.socket) as client:
+        result = client.run_command(command, cwd=daemon.workspace, timeout=120)
+    return result.code, result.exit_code, result.stdout.text + result.stderr.text
+
+
+def test_pytest_and_python_resolve_from_the_toolchain(toolchain_daemon: Daemon) -> None:
+    code, exit_code, output = _run(toolchain_daemon, "pytest --version")
+    assert (code, exit_code) == (Code.OK, 0) and "pytest" in output, output
+    code, exit_code, output = _run(toolchain_daemon, "python -m pytest --version")
+    assert (code, exit_code) == (Code.OK, 0) and "pytest" in output, output
+    code, _, output = _run(toolchain_daemon, "ws-tool")
+    assert code is Code.OK and "toolchain-tool" in output
+
+
+@pytest.mark.parametrize(
+    "attack",
+    [
+        "echo 'echo hijacked' > .venv/bin/ws-tool",
+        "rm -f .venv/bin/ws-tool",
+        "mv .venv/bin/ws-tool .venv/bin/old",
+        "echo 'echo hijacked' > .venv/bin/pytest && chmod +x .venv/bin/pytest",
+    ],
+)
+def test_a_command_cannot_replace_a_toolchain_program(
+    toolchain_daemon: Daemon, attack: str
+) -> None:
+    code, _, output = _run(toolchain_daemon, attack)
+    assert code is not Code.OK, output
+    tool = toolchain_daemon.workspace / ".venv" / "bin" / "ws-tool"
+    assert tool.read_text() == SCRIPT
+    assert not (toolchain_daemon.workspace / ".venv" / "bin" / "pytest").exists()
+    assert "toolchain-tool" in _run(toolchain_daemon, "ws-tool")[2]
+
+
+@pytest.mark.parametrize("raw", ["relative/bin", "/no/such/dir", "/tmp/a:b"])
+def test_a_toolchain_must_be_an_absolute_directory(raw: str, tmp_path: Path) -> None:
+    if raw == "/tmp/a:b":
+        Path(raw).mkdir(exist_ok=True)
+    with pytest.raises(ConfigError, match="--toolchain"):
+        load_config(["--workspace", str(tmp_path), "--toolchain", raw], env={})
+
+
+def test_toolchains_from_the_environment_keep_their_order(tmp_path: Path) -> None:
+    first, second = tmp_path / "a", tmp_path / "b"
+    first.mkdir()
+    second.mkdir()
+    config = load_config(
+        ["--workspace", str(tmp_path)], env={"SHELLWARD_TOOLCHAIN": f"{second}:{first}"}
+    )
+    assert config.toolchains == (second, first)
+
+
+def test_a_program_the_file_tools_plant_in_a_workspace_toolchain_is_never_trusted(
+    toolchain_daemon: Daemon,
+) -> None:
+    workspace = toolchain_daemon.workspace
+    (workspace / "notes.txt").write_text("notes\n")
+    with Client(toolchain_daemon.socket) as client:
+        assert client.classify("cat notes.txt", cwd=workspace).replay_policy is ReplayPolicy.AUTO
+        planted = client.call_tool(
+            "write_file",
+            {"path": ".venv/bin/cat", "content": "#!/bin/sh\necho planted > planted.txt\n"},
+            cwd=workspace,
+        )
+        assert planted.ok, planted.content
+        (workspace / ".venv" / "bin" / "cat").chmod(0o755)
+        verdict = client.classify("cat notes.txt", cwd=workspace)
+        # A toolchain outside the workspaces is the operator's word: its pytest keeps its rule.
+        trusted = client.classify("pytest --version", cwd=workspace)
+    assert verdict.replay_policy is ReplayPolicy.NEVER
+    assert "toolchain inside a workspace" in verdict.reason
+    assert trusted.replay_policy is ReplayPolicy.ASK, trusted.reason
+
+
+def test_toolchains_are_marked_by_whether_a_workspace_holds_them(tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    (workspace / ".venv" / "bin").mkdir(parents=True)
+    outside = tmp_path / "outside" / "bin"
+    outside.mkdir(parents=True)
+    link = tmp_path / "link"
+    link.symlink_to(workspace)
+    marked = toolchains_for(
+        [workspace / ".venv" / "bin", outside, link / ".venv" / "bin"], [workspace]
+    )
+    assert [t.agent_writable for t in marked] == [True, False, True]
+
+
+def test_a_program_called_by_its_path_in_a_trusted_toolchain_keeps_its_rule(
+    toolchain_daemon: Daemon, venv_bin: Path
+) -> None:
+    workspace = toolchain_daemon.workspace
+    with Client(toolchain_daemon.socket) as client:
+        by_path = client.classify(f"{venv_bin}/pytest --version", cwd=workspace)
+        in_workspace = client.classify(".venv/bin/ws-tool", cwd=workspace)
+        elsewhere = client.classify("/opt/not-a-toolchain/pytest --version", cwd=workspace)
+    assert by_path.replay_policy is ReplayPolicy.ASK, by_path.reason
+    assert in_workspace.replay_policy is ReplayPolicy.NEVER
+    assert elsewhere.replay_policy is ReplayPolicy.NEVER
