@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 from shellward.types import CallStatus, Idempotency, LedgerEntry, ReplayPolicy  # noqa: E402
 from shellwardd.classifier import Classifier, load_rules  # noqa: E402
 from shellwardd.config import Limits  # noqa: E402
-from shellwardd.ledger import Ledger  # noqa: E402
+from shellwardd.ledger import SqliteLedger  # noqa: E402
 from shellwardd.sandbox import Sandbox, SandboxSpec  # noqa: E402
 from tests.helpers import start_daemon  # noqa: E402
 
@@ -61,7 +61,7 @@ def main() -> int:
             hidden=(base / "state", base),
         )  # fmt: skip
         bare_argv = sandbox.argv(spec, None)
-        ledger = Ledger(base / "bench-ledger.sqlite3")
+        ledger = SqliteLedger(base / "bench-ledger.sqlite3")
         classifier = Classifier(load_rules())
         try:
             with daemon.client() as client:
@@ -96,7 +96,7 @@ def main() -> int:
     return 0
 
 
-def _three_commits(ledger: Ledger, call_id: str) -> None:
+def _three_commits(ledger: SqliteLedger, call_id: str) -> None:
     entry = LedgerEntry(
         call_id, "bench", call_id, "run_command", "sha256:x", CallStatus.PLANNED,
         Idempotency.IDEMPOTENT, ReplayPolicy.AUTO, command="true", created_at=time.time(),

@@ -22,7 +22,7 @@ from shellward.types import (
     ReplayPolicy,
     Verdict,
 )
-from shellwardd.ledger import Ledger, LedgerError
+from shellwardd.ledger import LedgerError, SqliteLedger
 
 
 def _entry(call_id: str = "c1", **changes: object) -> LedgerEntry:
@@ -43,18 +43,18 @@ def _entry(call_id: str = "c1", **changes: object) -> LedgerEntry:
 
 
 @pytest.fixture
-def ledger(tmp_path: Path) -> Ledger:
-    return Ledger(tmp_path / "ledger.sqlite3")
+def ledger(tmp_path: Path) -> SqliteLedger:
+    return SqliteLedger(tmp_path / "ledger.sqlite3")
 
 
-def test_uses_wal_and_full_sync(ledger: Ledger) -> None:
+def test_uses_wal_and_full_sync(ledger: SqliteLedger) -> None:
     db = sqlite3.connect(ledger.path)
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     # synchronous is per connection: check the ledger's own.
     assert ledger._db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
 
 
-def test_round_trips_every_field(ledger: Ledger) -> None:
+def test_round_trips_every_field(ledger: SqliteLedger) -> None:
     verdict = Verdict(
         Idempotency.CONDITIONAL,
         ReplayPolicy.ASK,
@@ -106,21 +106,21 @@ def test_round_trips_every_field(ledger: Ledger) -> None:
     ]
 
 
-def test_started_is_visible_to_another_connection_before_finish(ledger: Ledger) -> None:
+def test_started_is_visible_to_another_connection_before_finish(ledger: SqliteLedger) -> None:
     ledger.record(_entry())
     ledger.mark_started("c1", time.time())
     other = sqlite3.connect(ledger.path)
     assert other.execute("SELECT status FROM calls").fetchone()[0] == "started"
 
 
-def test_cannot_start_twice(ledger: Ledger) -> None:
+def test_cannot_start_twice(ledger: SqliteLedger) -> None:
     ledger.record(_entry())
     ledger.mark_started("c1", time.time())
     with pytest.raises(LedgerError, match="not planned or approved"):
         ledger.mark_started("c1", time.time())
 
 
-def test_finish_needs_a_final_status(ledger: Ledger) -> None:
+def test_finish_needs_a_final_status(ledger: SqliteLedger) -> None:
     ledger.record(_entry())
     with pytest.raises(ValueError, match="final status"):
         ledger.finish(_entry(status=CallStatus.STARTED))
@@ -128,14 +128,14 @@ def test_finish_needs_a_final_status(ledger: Ledger) -> None:
 
 def test_recovery_makes_started_uncertain_and_planned_failed(tmp_path: Path) -> None:
     path = tmp_path / "ledger.sqlite3"
-    first = Ledger(path)
+    first = SqliteLedger(path)
     first.record(_entry("running"))
     first.mark_started("running", time.time())
     first.record(_entry("planned"))
     first.record(_entry("done", status=CallStatus.FAILED, code=Code.INVALID_ARGUMENT))
     first.close()
 
-    second = Ledger(path)
+    second = SqliteLedger(path)
     assert second.recover_interrupted("restart") == ["running"]
     running = second.get("running")
     assert running is not None and running.status is CallStatus.UNCERTAIN
@@ -147,7 +147,7 @@ def test_recovery_makes_started_uncertain_and_planned_failed(tmp_path: Path) -> 
     assert done is not None and done.code is Code.INVALID_ARGUMENT
 
 
-def test_latest_for_step_and_list(ledger: Ledger) -> None:
+def test_latest_for_step_and_list(ledger: SqliteLedger) -> None:
     now = time.time()
     ledger.record(_entry("a", step_id="s", created_at=now))
     ledger.record(_entry("b", step_id="s", created_at=now + 1))
@@ -162,4 +162,4 @@ def test_unwritable_location_is_a_clear_error(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("x")
     with pytest.raises(LedgerError, match="cannot open the ledger"):
-        Ledger(blocker / "ledger.sqlite3")
+        SqliteLedger(blocker / "ledger.sqlite3")

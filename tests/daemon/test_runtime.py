@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -27,7 +27,7 @@ from shellward.types import (
 from shellwardd.calls import Silent
 from shellwardd.config import Config, load_config
 from shellwardd.errors import InvalidArgument
-from shellwardd.ledger import Ledger
+from shellwardd.ledger import SqliteLedger
 from shellwardd.requests import CommandRequest
 from shellwardd.runtime import Runtime
 from shellwardd.sandbox import ProcessOutcome, Sandbox, SandboxSpec
@@ -56,14 +56,16 @@ class FakeSandbox:
                               NO_OUTPUT)  # fmt: skip
 
 
-def writes(command: str, cwd: str | None, workspace: str | None) -> Verdict:
+def writes(
+    command: str, cwd: str | None, workspace: str | None, env: Mapping[str, str]
+) -> Verdict:
     return Verdict(Idempotency.NON_IDEMPOTENT, ReplayPolicy.NEVER, "it writes (test verdict)")
 
 
 @dataclass
 class Setup:
     config: Config
-    ledger: Ledger
+    ledger: SqliteLedger
     sandbox: FakeSandbox
     workspace: Path
 
@@ -97,7 +99,7 @@ def setup(tmp_path: Path, workspace: Path) -> Iterator[Setup]:
          "--socket", str(tmp_path / "run" / "s.sock")],
         env={},
     )  # fmt: skip
-    ledger = Ledger(config.ledger_path)
+    ledger = SqliteLedger(config.ledger_path)
     yield Setup(config, ledger, FakeSandbox(), config.workspaces[0])
     ledger.close()
 
@@ -218,8 +220,10 @@ def test_work_that_raises_ends_uncertain_and_frees_the_workspace(
 def test_a_late_denial_never_overwrites_a_call_that_ran(
     setup: Setup, monitor: WorkspaceMonitor, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def needs_approval(command: str, cwd: str | None, workspace: str | None) -> Verdict:
-        return replace(writes(command, cwd, workspace), needs_approval=True)
+    def needs_approval(
+        command: str, cwd: str | None, workspace: str | None, env: Mapping[str, str]
+    ) -> Verdict:
+        return replace(writes(command, cwd, workspace, env), needs_approval=True)
 
     runtime = setup.runtime(monitor, needs_approval)
     pending = runtime.run_command(CommandRequest("echo x"), Silent())
