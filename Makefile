@@ -35,12 +35,14 @@ lint: install
 
 install: system-deps $(STAMP)
 
-# bubblewrap (the sandbox) and python3-venv come from Debian when missing.
+# bubblewrap (the sandbox), python3-venv and postgresql (the fleet tests start a throw-away
+# server: tests/postgres.py) come from Debian when missing.
 system-deps:
 	@missing=""; \
 	command -v bwrap >/dev/null 2>&1 || missing="$$missing bubblewrap"; \
 	command -v prlimit >/dev/null 2>&1 || missing="$$missing util-linux"; \
 	$(PYTHON) -c 'import ensurepip, venv' >/dev/null 2>&1 || missing="$$missing python3-venv"; \
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing system packages:$$missing"; \
 		if [ "$$(id -u)" != 0 ]; then SUDO=sudo; fi; \

@@ -10,6 +10,7 @@ import pytest
 
 from shellward import Client
 from tests.helpers import Daemon, start_daemon
+from tests.postgres import PostgresServer, start_postgres, unavailable
 
 
 @pytest.fixture
@@ -30,3 +31,27 @@ def daemon(tmp_path: Path, workspace: Path) -> Iterator[Daemon]:
 def client(daemon: Daemon) -> Iterator[Client]:
     with daemon.client() as c:
         yield c
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer | None]:
+    """One PostgreSQL server for the session (None when it cannot start; see ``pg_url``)."""
+    try:
+        server = start_postgres()
+    except RuntimeError as exc:
+        _POSTGRES_PROBLEM.append(str(exc))
+        yield None
+        return
+    yield server
+    server.stop()
+
+
+_POSTGRES_PROBLEM: list[str] = []
+
+
+@pytest.fixture
+def pg_url(postgres_server: PostgresServer | None) -> str:
+    """A fresh database on the session's PostgreSQL server."""
+    if postgres_server is None:
+        unavailable(_POSTGRES_PROBLEM[0])
+    return postgres_server.new_database()

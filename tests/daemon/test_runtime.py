@@ -56,9 +56,7 @@ class FakeSandbox:
                               NO_OUTPUT)  # fmt: skip
 
 
-def writes(
-    command: str, cwd: str | None, workspace: str | None, env: Mapping[str, str]
-) -> Verdict:
+def writes(command: str, cwd: str | None, workspace: str | None, env: Mapping[str, str]) -> Verdict:
     return Verdict(Idempotency.NON_IDEMPOTENT, ReplayPolicy.NEVER, "it writes (test verdict)")
 
 
