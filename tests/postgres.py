@@ -66,8 +66,9 @@ def _as_postgres(argv: list[str]) -> list[str]:
     return ["runuser", "-u", "postgres", "--", *argv] if os.geteuid() == 0 else argv
 
 
-def start_postgres() -> PostgresServer:
-    """Start a server, or raise RuntimeError saying why it cannot."""
+def start_postgres(*, durable: bool = False) -> PostgresServer:
+    """Start a server, or raise RuntimeError saying why it cannot. Not ``durable``: no
+    fsync (the tests' data is thrown away); the benchmarks ask for a durable one."""
     bin_dir = _bin_dir()
     if bin_dir is None:
         raise RuntimeError(
@@ -89,7 +90,8 @@ def start_postgres() -> PostgresServer:
         raise RuntimeError(f"initdb failed: {initdb.stderr.strip()}")
     process = subprocess.Popen(
         _as_postgres([str(bin_dir / "postgres"), "-D", str(data), "-k", str(base / "socket"),
-                      "-c", "listen_addresses=", "-c", "fsync=off", "-c", "max_connections=200"]),
+                      "-c", "listen_addresses=", "-c", f"fsync={'on' if durable else 'off'}",
+                      "-c", "max_connections=200"]),
         stdout=subprocess.DEVNULL, stderr=(base / "server.log").open("wb"),
     )  # fmt: skip
     server = PostgresServer(process, base)
