@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
+import sqlite3
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -15,6 +18,8 @@ from pathlib import Path
 import pytest
 
 from shellward import CallStatus, Client, Code, CommandResult, NotFound
+from shellwardd.ledger import SCHEMA_VERSION
+from shellwardd.main import EXIT_CONFIG, EXIT_STATE
 from tests.helpers import Daemon, start_daemon, wait_for
 from tests.mocks.business_mcp import executed
 
@@ -149,6 +154,8 @@ def test_a_killed_daemons_calls_become_uncertain_once_its_lease_expires(
         assert early.code is Code.IN_PROGRESS
         wait_for(lambda: _status(client, "r", "long") is CallStatus.UNCERTAIN, timeout=30)
         entry = client.get_call(run_id="r", step_id="long")
+        # Recover works from another daemon: the shared ledger knows the run.
+        assert [item.call.call_id for item in client.recover("r")] == [entry.call_id]
     assert entry.code is Code.SIDE_EFFECT_UNCERTAIN and "lease" in entry.note
 
 
@@ -189,3 +196,29 @@ def test_a_business_key_dedupes_across_daemons(tmp_path: Path, pg_url: str) -> N
     finally:
         for daemon in daemons:
             daemon.stop(signal.SIGKILL)
+
+
+def _start_up(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    workspace = tmp_path / "ws"
+    workspace.mkdir(exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SHELLWARD_")}
+    return subprocess.run(
+        [sys.executable, "-m", "shellwardd.main", "--socket", str(tmp_path / "d.sock"),
+         "--state-dir", str(tmp_path / "state"), "--workspace", str(workspace), *args],
+        capture_output=True, text=True, timeout=60, env=env,
+    )  # fmt: skip
+
+
+def test_a_daemon_refuses_a_ledger_newer_than_itself(tmp_path: Path) -> None:
+    path = tmp_path / "shared.sqlite3"
+    sqlite3.connect(path).execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}").connection.close()
+    run = _start_up(tmp_path, "--ledger", f"sqlite://{path}")
+    assert run.returncode == EXIT_STATE, run.stderr
+    assert f"schema version {SCHEMA_VERSION + 1}, newer than this shellwardd" in run.stderr
+    assert "Traceback" not in run.stderr
+
+
+def test_a_ledger_url_of_another_kind_is_refused(tmp_path: Path) -> None:
+    run = _start_up(tmp_path, "--ledger", "mysql://db/ledger")
+    assert run.returncode == EXIT_CONFIG, run.stderr
+    assert "use sqlite:///absolute/path or postgresql://" in run.stderr
