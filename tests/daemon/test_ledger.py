@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -22,7 +24,7 @@ from shellward.types import (
     ReplayPolicy,
     Verdict,
 )
-from shellwardd.ledger import LedgerError, SqliteLedger
+from shellwardd.ledger import LedgerError, LedgerStore, SqliteLedger, open_ledger
 
 
 def _entry(call_id: str = "c1", **changes: object) -> LedgerEntry:
@@ -47,6 +49,14 @@ def ledger(tmp_path: Path) -> SqliteLedger:
     return SqliteLedger(tmp_path / "ledger.sqlite3")
 
 
+@pytest.fixture
+def store(ledger_url: str) -> Iterator[LedgerStore]:
+    """Each store, for what does not depend on SQLite."""
+    opened = open_ledger(ledger_url, "d")
+    yield opened
+    opened.close()
+
+
 def test_uses_wal_and_full_sync(ledger: SqliteLedger) -> None:
     db = sqlite3.connect(ledger.path)
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
@@ -54,7 +64,7 @@ def test_uses_wal_and_full_sync(ledger: SqliteLedger) -> None:
     assert ledger._db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
 
 
-def test_round_trips_every_field(ledger: SqliteLedger) -> None:
+def test_round_trips_every_field(store: LedgerStore) -> None:
     verdict = Verdict(
         Idempotency.CONDITIONAL,
         ReplayPolicy.ASK,
@@ -77,8 +87,8 @@ def test_round_trips_every_field(ledger: SqliteLedger) -> None:
         deciding_part=0,
     )
     entry = _entry(verdict=verdict, cwd="/w", workspace="/w", network_granted=True)
-    ledger.record(entry)
-    ledger.mark_started("c1", entry.created_at + 1)
+    store.record(entry)
+    store.mark_started("c1", entry.created_at + 1)
     final = _entry(
         status=CallStatus.SUCCEEDED,
         verdict=verdict,
@@ -97,9 +107,10 @@ def test_round_trips_every_field(ledger: SqliteLedger) -> None:
         unexpected_writes=True,
         note="n",
     )
-    ledger.finish(final)
-    assert ledger.get("c1") == final
-    assert [t.status for t in ledger.transitions("c1")] == [
+    store.finish(final)
+    # The store names the daemon that recorded the call.
+    assert store.get("c1") == replace(final, daemon_id="d")
+    assert [t.status for t in store.transitions("c1")] == [
         CallStatus.PLANNED,
         CallStatus.STARTED,
         CallStatus.SUCCEEDED,
@@ -113,17 +124,17 @@ def test_started_is_visible_to_another_connection_before_finish(ledger: SqliteLe
     assert other.execute("SELECT status FROM calls").fetchone()[0] == "started"
 
 
-def test_cannot_start_twice(ledger: SqliteLedger) -> None:
-    ledger.record(_entry())
-    ledger.mark_started("c1", time.time())
+def test_cannot_start_twice(store: LedgerStore) -> None:
+    store.record(_entry())
+    store.mark_started("c1", time.time())
     with pytest.raises(LedgerError, match="not planned or approved"):
-        ledger.mark_started("c1", time.time())
+        store.mark_started("c1", time.time())
 
 
-def test_finish_needs_a_final_status(ledger: SqliteLedger) -> None:
-    ledger.record(_entry())
+def test_finish_needs_a_final_status(store: LedgerStore) -> None:
+    store.record(_entry())
     with pytest.raises(ValueError, match="final status"):
-        ledger.finish(_entry(status=CallStatus.STARTED))
+        store.finish(_entry(status=CallStatus.STARTED))
 
 
 def test_recovery_makes_started_uncertain_and_planned_failed(tmp_path: Path) -> None:
@@ -147,15 +158,15 @@ def test_recovery_makes_started_uncertain_and_planned_failed(tmp_path: Path) -> 
     assert done is not None and done.code is Code.INVALID_ARGUMENT
 
 
-def test_latest_for_step_and_list(ledger: SqliteLedger) -> None:
+def test_latest_for_step_and_list(store: LedgerStore) -> None:
     now = time.time()
-    ledger.record(_entry("a", step_id="s", created_at=now))
-    ledger.record(_entry("b", step_id="s", created_at=now + 1))
-    ledger.record(_entry("c", run_id="other", step_id="s", created_at=now + 2))
-    latest = ledger.latest_for_step("run", "s")
+    store.record(_entry("a", step_id="s", created_at=now))
+    store.record(_entry("b", step_id="s", created_at=now + 1))
+    store.record(_entry("c", run_id="other", step_id="s", created_at=now + 2))
+    latest = store.latest_for_step("run", "s")
     assert latest is not None and latest.call_id == "b"
-    assert [e.call_id for e in ledger.list()] == ["c", "b", "a"]
-    assert [e.call_id for e in ledger.list(run_id="run", limit=1)] == ["b"]
+    assert [e.call_id for e in store.list()] == ["c", "b", "a"]
+    assert [e.call_id for e in store.list(run_id="run", limit=1)] == ["b"]
 
 
 def test_unwritable_location_is_a_clear_error(tmp_path: Path) -> None:

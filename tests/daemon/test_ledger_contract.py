@@ -8,7 +8,6 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import psycopg
 import pytest
@@ -28,11 +27,9 @@ from shellwardd.ledger import (
 Opener = Callable[[str], LedgerStore]
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite://{tmp_path / 'ledger.sqlite3'}"
-    return str(request.getfixturevalue("pg_url"))
+@pytest.fixture
+def url(ledger_url: str) -> str:
+    return ledger_url
 
 
 @pytest.fixture
