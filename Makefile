@@ -26,6 +26,7 @@ bench: install
 	$(PY) bench/overhead.py
 	$(PY) bench/classify.py
 	$(PY) bench/detect.py --sizes 1000,10000
+	$(PY) bench/fleet.py
 
 ## lint: ruff and mypy (daemon/ and client/ are mypy's source roots)
 lint: install
@@ -36,7 +37,8 @@ lint: install
 install: system-deps $(STAMP)
 
 # bubblewrap (the sandbox), util-linux (prlimit, setpriv, unshare), gcc (the red-team
-# tests build a preload library) and python3-venv come from Debian when missing.
+# tests build a preload library), python3-venv and postgresql (the fleet tests start a
+# throw-away server: tests/postgres.py) come from Debian when missing.
 system-deps:
 	@missing=""; \
 	command -v bwrap >/dev/null 2>&1 || missing="$$missing bubblewrap"; \
@@ -44,6 +46,7 @@ system-deps:
 	command -v setpriv >/dev/null 2>&1 || missing="$$missing util-linux"; \
 	command -v gcc >/dev/null 2>&1 || missing="$$missing gcc"; \
 	$(PYTHON) -c 'import ensurepip, venv' >/dev/null 2>&1 || missing="$$missing python3-venv"; \
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing system packages:$$missing"; \
 		if [ "$$(id -u)" != 0 ]; then SUDO=sudo; fi; \

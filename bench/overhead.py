@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 from shellward.types import CallStatus, Idempotency, LedgerEntry, ReplayPolicy  # noqa: E402
 from shellwardd.classifier import Classifier, load_rules  # noqa: E402
 from shellwardd.config import Limits  # noqa: E402
-from shellwardd.ledger import Ledger  # noqa: E402
+from shellwardd.ledger import SqliteLedger  # noqa: E402
 from shellwardd.sandbox import Sandbox, SandboxSpec  # noqa: E402
 from tests.helpers import start_daemon  # noqa: E402
 
@@ -66,7 +66,7 @@ def main() -> int:
             outcome = sandbox.run(spec, lambda chunk: None, threading.Event())
             assert outcome.exit_code == 0, outcome.sandbox_error
 
-        ledger = Ledger(base / "bench-ledger.sqlite3")
+        ledger = SqliteLedger(base / "bench-ledger.sqlite3")
         classifier = Classifier(load_rules())
         try:
             with daemon.client() as client:
@@ -102,7 +102,7 @@ def main() -> int:
     return 0
 
 
-def _three_commits(ledger: Ledger, call_id: str) -> None:
+def _three_commits(ledger: SqliteLedger, call_id: str) -> None:
     entry = LedgerEntry(
         call_id, "bench", call_id, "run_command", "sha256:x", CallStatus.PLANNED,
         Idempotency.IDEMPOTENT, ReplayPolicy.AUTO, command="true", created_at=time.time(),

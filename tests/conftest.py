@@ -13,6 +13,7 @@ import pytest
 
 from shellward import Client
 from tests.helpers import Daemon, start_daemon
+from tests.postgres import PostgresServer, start_postgres, unavailable
 
 
 @pytest.fixture
@@ -44,3 +45,27 @@ def host_dir() -> Iterator[Path]:
     path.chmod(0o755)
     yield path
     shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer | None]:
+    """One PostgreSQL server for the session (None when it cannot start; see ``pg_url``)."""
+    try:
+        server = start_postgres()
+    except RuntimeError as exc:
+        _POSTGRES_PROBLEM.append(str(exc))
+        yield None
+        return
+    yield server
+    server.stop()
+
+
+_POSTGRES_PROBLEM: list[str] = []
+
+
+@pytest.fixture
+def pg_url(postgres_server: PostgresServer | None) -> str:
+    """A fresh database on the session's PostgreSQL server."""
+    if postgres_server is None:
+        unavailable(_POSTGRES_PROBLEM[0])
+    return postgres_server.new_database()

@@ -219,6 +219,8 @@ class LedgerEntry:
     effects_recorded: bool = False
     # A tool call's structured answer, as JSON ("" for commands).
     output_json: str = ""
+    # The daemon that recorded the call and holds its workspace ("" before fleets).
+    daemon_id: str = ""
     # The call's history, oldest first (only GetCall / `shellward show` fill it).
     transitions: tuple[Transition, ...] = ()
 

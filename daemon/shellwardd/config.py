@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import hashlib
 import os
+import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -106,10 +108,27 @@ class Config:
     git_writable: bool = False
     # The unprivileged host uid/gid a root daemon runs its sandboxes as.
     sandbox_uid: int = 65534
+    # The ledger's URL (sqlite:///path or postgresql://…); "" is the state dir's SQLite file.
+    ledger: str = ""
+    # This daemon's name in a fleet: the calls it records are the ones it holds the
+    # workspace of; "" is the host name and a digest of the state directory.
+    daemon_id: str = ""
+    lease_seconds: float = 30.0
 
     @property
     def ledger_path(self) -> Path:
         return self.state_dir / "ledger.sqlite3"
+
+    @property
+    def ledger_url(self) -> str:
+        return self.ledger or f"sqlite://{self.ledger_path}"
+
+    @property
+    def identity(self) -> str:
+        if self.daemon_id:
+            return self.daemon_id
+        digest = hashlib.sha256(str(self.state_dir).encode()).hexdigest()[:8]
+        return f"{socket.gethostname()}-{digest}"
 
     @property
     def log_path(self) -> Path:
@@ -309,6 +328,27 @@ _OPTIONS = (
         "(default 65534, nobody); workspaces appear to it as its own through idmapped mounts.",
         kind=int,
     ),
+    _Option(
+        "--ledger",
+        "SHELLWARD_LEDGER",
+        "Where the ledger lives: sqlite:///absolute/path, or postgresql://user@host/db to share "
+        "one ledger among a fleet of daemons (docs/fleet.md). Default: ledger.sqlite3 in the "
+        "state directory.",
+    ),
+    _Option(
+        "--daemon-id",
+        "SHELLWARD_DAEMON_ID",
+        "This daemon's name in a fleet, unique among the daemons of one ledger (default: the "
+        "host name and a digest of the state directory).",
+    ),
+    _Option(
+        "--lease-seconds",
+        "SHELLWARD_LEASE_SECONDS",
+        "How long this daemon's lease on the ledger lasts without renewal (renewed every "
+        "second); once another daemon finds it lapsed, this daemon's running calls become "
+        "uncertain for the fleet (default 30).",
+        kind=float,
+    ),
     _Option("--log-level", "SHELLWARD_LOG_LEVEL", "debug, info, warning or error (default info)."),
 )
 
@@ -478,6 +518,9 @@ def _validate(values: dict[str, object]) -> Config:
         hidden=_hidden(values),
         git_writable=bool(values.get("git_writable")),
         sandbox_uid=_sandbox_uid(values),
+        ledger=str(values.get("ledger") or ""),  # its scheme is checked when it opens
+        daemon_id=str(values.get("daemon_id") or ""),
+        lease_seconds=_positive(values, "lease_seconds", 30.0),
     )
 
 

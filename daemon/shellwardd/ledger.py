@@ -1,14 +1,33 @@
-"""The durable ledger: one SQLite database, WAL, ``synchronous=FULL``.
+"""The durable ledger, behind one interface (:class:`LedgerStore`), in two stores: SQLite
+(:class:`SqliteLedger`, the embedded default) and PostgreSQL (``ledger_postgres``, for a
+fleet of daemons on one database). ``open_ledger`` picks one by URL.
 
-Every state change is its own committed transaction, so ``planned`` and ``started`` are on
-disk before the process is spawned (docs/architecture.md, The ledger). Each change is also
-appended to ``transitions``, the call's history. One connection, guarded by a lock: the
-daemon's writes are few and small, and a single writer keeps ordering simple.
+Choices, and why
+- **The statements are written once.** :class:`SqlLedger` holds every query, with ``?``
+  marks; a store supplies the connection, the transaction, the translation of its errors, the
+  column types (:class:`Dialect`) and where the schema version lives. Both stores therefore
+  answer the same contract (tests/daemon/test_ledger_contract.py runs it on both).
+- **Every state change is its own committed transaction** (SQLite: WAL,
+  ``synchronous=FULL``), so ``planned`` and ``started`` are durable before the effect begins,
+  and each is appended to ``transitions``, the call's history.
+- **The schema has a version, and start-up migrates it.** ``MIGRATIONS[i]`` takes version
+  ``i`` to ``i + 1`` inside one transaction (on PostgreSQL under an advisory lock, so two
+  daemons starting at once migrate once). A ledger newer than this daemon refuses the start:
+  an older daemon must not write rows it does not understand.
+- **The fleet's rules are the database's, never a Python lock.** A ``(run_id, step_id)`` being
+  decided or run is a row of ``claims`` (its primary key: one holder fleet-wide); a business
+  idempotency key is a row of ``business_keys`` (one step owns a key); approvals, leases and
+  recovery are conditional updates in transactions, with ``SELECT … FOR UPDATE`` where a
+  decision reads before it writes (SQLite's ``BEGIN IMMEDIATE`` already serializes writers).
+- **Each daemon has an identity and a lease.** Every call records the daemon that holds its
+  workspace. At start-up a daemon's own ``started`` calls become ``uncertain``; a daemon whose
+  lease lapsed is swept by any other: its ``started`` calls become ``uncertain``, its claims
+  are dropped (docs/fleet.md).
 
-Every SQLite failure leaves here as a :class:`LedgerError` naming the file; a write that
-waited :data:`BUSY_TIMEOUT_S` for another process's lock is a :class:`LedgerBusy` (the
-caller answers UNAVAILABLE: nothing ran). The database is created 0600 (SQLite gives its
-WAL and shared-memory files the same mode), whatever the umask.
+Every database failure leaves here as a :class:`LedgerError` naming the ledger; a write that
+waited :data:`BUSY_TIMEOUT_S` for a lock is a :class:`LedgerBusy` (the caller answers
+UNAVAILABLE: nothing ran). The SQLite file is created 0600 (SQLite gives its WAL and
+shared-memory files the same mode), whatever the umask.
 """
 
 from __future__ import annotations
@@ -16,13 +35,15 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import json
+import socket
 import sqlite3
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from shellward.types import (
     ArgumentFact,
@@ -39,16 +60,38 @@ from shellward.types import (
     Transition,
     Verdict,
 )
-from shellwardd.errors import LedgerBusy, LedgerError
+from shellwardd.errors import ConfigError, LedgerBusy, LedgerError
 from shellwardd.statedir import private_file
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 # How long a write waits for another process's lock before the call is answered UNAVAILABLE.
 BUSY_TIMEOUT_S = 5.0
 _SQLITE_BUSY_CODES = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED (primary codes)
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS calls (
+
+@dataclass(frozen=True)
+class Dialect:
+    """What differs in the schema between the stores."""
+
+    real: str  # a timestamp (PostgreSQL's REAL is 4 bytes: too coarse)
+    blob: str
+    empty_blob: str
+    order: str  # the column that orders rows inserted in the same instant
+    order_column: str  # its definition, "" when the database has one (SQLite's rowid)
+    for_update: str  # locks the rows a decision reads ("" where writers are serialized)
+
+
+SQLITE = Dialect("REAL", "BLOB", "x''", "rowid", "", "")
+POSTGRES = Dialect(
+    "DOUBLE PRECISION", "BYTEA", "''::bytea", "seq", ",\n    seq BIGSERIAL", " FOR UPDATE"
+)
+
+
+def migrations(d: Dialect) -> tuple[tuple[str, ...], ...]:
+    """``migrations(d)[i]``: the statements that take the schema from version ``i`` to
+    ``i + 1`` (index 0 creates version 1, the schema before fleets)."""
+    v1 = (
+        f"""CREATE TABLE calls (
     call_id TEXT PRIMARY KEY,
     run_id TEXT NOT NULL,
     step_id TEXT NOT NULL,
@@ -67,35 +110,65 @@ CREATE TABLE IF NOT EXISTS calls (
     exit_code INTEGER,
     code TEXT NOT NULL DEFAULT 'OK',
     content TEXT NOT NULL DEFAULT '',
-    stdout BLOB NOT NULL DEFAULT x'',
-    stdout_total INTEGER NOT NULL DEFAULT 0,
+    stdout {d.blob} NOT NULL DEFAULT {d.empty_blob},
+    stdout_total BIGINT NOT NULL DEFAULT 0,
     stdout_truncated INTEGER NOT NULL DEFAULT 0,
     stdout_sha256 TEXT NOT NULL DEFAULT '',
-    stderr BLOB NOT NULL DEFAULT x'',
-    stderr_total INTEGER NOT NULL DEFAULT 0,
+    stderr {d.blob} NOT NULL DEFAULT {d.empty_blob},
+    stderr_total BIGINT NOT NULL DEFAULT 0,
     stderr_truncated INTEGER NOT NULL DEFAULT 0,
     stderr_sha256 TEXT NOT NULL DEFAULT '',
-    timeout_seconds REAL NOT NULL DEFAULT 0,
-    created_at REAL NOT NULL,
-    started_at REAL,
-    finished_at REAL,
+    timeout_seconds {d.real} NOT NULL DEFAULT 0,
+    created_at {d.real} NOT NULL,
+    started_at {d.real},
+    finished_at {d.real},
     unexpected_writes INTEGER NOT NULL DEFAULT 0,
     effects_from_rescan INTEGER NOT NULL DEFAULT 0,
     note TEXT NOT NULL DEFAULT '',
     input_json TEXT NOT NULL DEFAULT '',
     effects_recorded INTEGER NOT NULL DEFAULT 0,
-    output_json TEXT NOT NULL DEFAULT ''
-);
-CREATE INDEX IF NOT EXISTS calls_identity ON calls (run_id, step_id, created_at);
-CREATE INDEX IF NOT EXISTS calls_created ON calls (created_at);
-CREATE TABLE IF NOT EXISTS transitions (
+    output_json TEXT NOT NULL DEFAULT ''{d.order_column}
+)""",
+        "CREATE INDEX calls_identity ON calls (run_id, step_id, created_at)",
+        "CREATE INDEX calls_created ON calls (created_at)",
+        f"""CREATE TABLE transitions (
     call_id TEXT NOT NULL REFERENCES calls (call_id),
-    at REAL NOT NULL,
+    at {d.real} NOT NULL,
     status TEXT NOT NULL,
-    detail TEXT NOT NULL DEFAULT ''
-);
-CREATE INDEX IF NOT EXISTS transitions_call ON transitions (call_id, at);
-"""
+    detail TEXT NOT NULL DEFAULT ''{d.order_column}
+)""",
+        "CREATE INDEX transitions_call ON transitions (call_id, at)",
+    )
+    v2 = (
+        # The daemon that recorded a call holds its workspace and runs it once approved.
+        "ALTER TABLE calls ADD COLUMN daemon_id TEXT NOT NULL DEFAULT ''",
+        "CREATE INDEX calls_daemon ON calls (daemon_id, status)",
+        # One row per (run_id, step_id) being decided or run, fleet-wide.
+        f"""CREATE TABLE claims (
+    run_id TEXT NOT NULL,
+    step_id TEXT NOT NULL,
+    call_id TEXT NOT NULL,
+    input_hash TEXT NOT NULL,
+    daemon_id TEXT NOT NULL,
+    claimed_at {d.real} NOT NULL,
+    PRIMARY KEY (run_id, step_id)
+)""",
+        # The step that owns a business idempotency key, fleet-wide.
+        """CREATE TABLE business_keys (
+    idempotency_key TEXT PRIMARY KEY,
+    call_id TEXT NOT NULL,
+    run_id TEXT NOT NULL,
+    step_id TEXT NOT NULL
+)""",
+        f"""CREATE TABLE daemons (
+    daemon_id TEXT PRIMARY KEY,
+    host TEXT NOT NULL,
+    lease_until {d.real} NOT NULL,
+    expired INTEGER NOT NULL DEFAULT 0
+)""",
+    )
+    return (v1, v2)
+
 
 # Columns written when a call reaches a final state.
 _FINAL_COLUMNS = (
@@ -106,77 +179,140 @@ _FINAL_COLUMNS = (
     "replay_policy", "output_json",
 )  # fmt: skip
 
+_INTERRUPTED_RUNNING = (
+    "The daemon stopped while this command was running; it may have partly or fully run. "
+    "Check its effects before running it again."
+)
+_INTERRUPTED_BEFORE = (
+    "The daemon stopped before this command started; nothing ran. It is safe to run it again."
+)
 
-class Ledger:
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._lock = threading.Lock()
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            private_file(path)
-            self._db = sqlite3.connect(
-                path, timeout=BUSY_TIMEOUT_S, check_same_thread=False, isolation_level=None
-            )
-        except (sqlite3.Error, OSError) as exc:
-            raise LedgerError(f"cannot open the ledger at {path}: {exc}") from exc
-        try:
-            with self._guard("open"):
-                self._db.execute("PRAGMA journal_mode=WAL")
-                self._db.execute("PRAGMA synchronous=FULL")
-                self._db.executescript(_SCHEMA)
-                self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-        except LedgerError:
-            self._db.close()
-            raise
-        self._db.row_factory = sqlite3.Row
+
+class KeyTaken(Exception):
+    """A business idempotency key another step owns: ``holder`` is that step's call."""
+
+    def __init__(self, key: str, holder: LedgerEntry) -> None:
+        super().__init__(key)
+        self.key = key
+        self.holder = holder
+
+
+class LedgerStore(Protocol):
+    """The ledger as the daemon uses it (both stores; see the module docstring)."""
+
+    daemon_id: str
+    location: str
+
+    def close(self) -> None: ...
+
+    def record(self, entry: LedgerEntry, detail: str = "") -> None: ...
+
+    def mark_started(self, call_id: str, started_at: float) -> None: ...
+
+    def finish(self, entry: LedgerEntry, detail: str = "") -> None: ...
+
+    def transition(self, call_id: str, old: CallStatus, new: CallStatus, detail: str) -> bool: ...
+
+    def deny_pending(self, call_id: str, content: str, detail: str) -> bool: ...
+
+    def expire_pending(self, created_before: float, content: str) -> builtins.list[str]: ...
+
+    def recover_interrupted(self, note: str) -> builtins.list[str]: ...
+
+    def claim(
+        self, run_id: str, step_id: str, call_id: str, input_hash: str
+    ) -> tuple[str, str] | None: ...
+
+    def release(self, run_id: str, step_id: str, call_id: str) -> None: ...
+
+    def renew_lease(self, lease_seconds: float) -> None: ...
+
+    def expire_leases(self, note: str) -> builtins.list[str]: ...
+
+    def get(self, call_id: str) -> LedgerEntry | None: ...
+
+    def latest_for_step(self, run_id: str, step_id: str) -> LedgerEntry | None: ...
+
+    def list(
+        self,
+        *,
+        run_id: str = "",
+        status: CallStatus | None = None,
+        limit: int = 50,
+        daemon_id: str = "",
+    ) -> builtins.list[LedgerEntry]: ...
+
+    def transitions(self, call_id: str) -> builtins.list[Transition]: ...
+
+
+def open_ledger(url: str, daemon_id: str) -> LedgerStore:
+    """The store a ``--ledger`` URL names: ``sqlite:///path`` or ``postgresql://…``."""
+    if url.startswith("sqlite:///"):
+        return SqliteLedger(Path(url.removeprefix("sqlite://")), daemon_id)
+    if url.startswith(("postgresql://", "postgres://")):
+        # Imported here: a single machine's daemon does not need psycopg.
+        from shellwardd.ledger_postgres import PostgresLedger
+
+        return PostgresLedger(url, daemon_id)
+    raise ConfigError(
+        f"--ledger {url!r}: use sqlite:///absolute/path or postgresql://user@host/database"
+    )
+
+
+class SqlLedger:
+    """Every query of the ledger, over a store's connection (a subclass)."""
+
+    dialect: Dialect = SQLITE
+
+    def __init__(self, daemon_id: str, location: str) -> None:
+        self.daemon_id = daemon_id
+        self.location = location
+        self._migrate()
+
+    # --- what a store supplies ---------------------------------------------------
 
     def close(self) -> None:
-        with self._lock:
-            self._db.close()
+        raise NotImplementedError
 
-    @contextmanager
-    def _guard(self, what: str) -> Iterator[None]:
-        """Translate SQLite's errors into the daemon's (the caller holds no lock here)."""
-        try:
-            yield
-        except sqlite3.Error as exc:
-            if getattr(exc, "sqlite_errorcode", 0) & 0xFF in _SQLITE_BUSY_CODES:
-                raise LedgerBusy(
-                    f"the ledger at {self.path} was locked by another process for over "
-                    f"{BUSY_TIMEOUT_S:g}s ({what})"
-                ) from exc
-            raise LedgerError(f"cannot {what} the ledger at {self.path}: {exc}") from exc
+    def _read(self) -> AbstractContextManager[Any]:
+        raise NotImplementedError
 
-    @contextmanager
-    def _read(self) -> Iterator[sqlite3.Connection]:
-        with self._lock, self._guard("read"):
-            yield self._db
+    def _transaction(self) -> AbstractContextManager[Any]:
+        raise NotImplementedError
 
-    @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        with self._lock, self._guard("write"):
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._db
-            except BaseException:
-                if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
-                raise
-            try:
-                self._db.execute("COMMIT")
-            except sqlite3.Error:
-                if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
-                raise
+    def _schema_version(self, db: Any) -> int:
+        raise NotImplementedError
+
+    def _set_schema_version(self, db: Any, version: int) -> None:
+        raise NotImplementedError
+
+    # --- schema ------------------------------------------------------------------
+
+    def _migrate(self) -> None:
+        with self._transaction() as db:
+            current = self._schema_version(db)
+            if current > SCHEMA_VERSION:
+                raise LedgerError(
+                    f"the ledger at {self.location} has schema version {current}, newer than "
+                    f"this shellwardd understands ({SCHEMA_VERSION}); nothing was changed. "
+                    "Upgrade shellwardd, or point --ledger at another ledger"
+                )
+            for statements in migrations(self.dialect)[current:]:
+                for statement in statements:
+                    db.execute(statement)
+            if current < SCHEMA_VERSION:
+                self._set_schema_version(db, SCHEMA_VERSION)
 
     # --- writes ------------------------------------------------------------------
 
     def record(self, entry: LedgerEntry, detail: str = "") -> None:
         """Insert a new call in whatever state it starts in (planned, or failed before start)."""
-        row = _entry_to_row(entry)
+        row = {**_entry_to_row(entry), "daemon_id": self.daemon_id}
         columns = ", ".join(row)
         marks = ", ".join("?" for _ in row)
         with self._transaction() as db:
+            if entry.idempotency_key:
+                self._take_key(db, entry)
             db.execute(f"INSERT INTO calls ({columns}) VALUES ({marks})", tuple(row.values()))
             db.execute(
                 "INSERT INTO transitions (call_id, at, status, detail) VALUES (?, ?, ?, ?)",
@@ -256,27 +392,99 @@ class Ledger:
             )  # fmt: skip
 
     def recover_interrupted(self, note: str) -> builtins.list[str]:
-        """At start-up: calls a previous daemon left running become ``uncertain``.
-
-        Planned or approved calls never started, so nothing ran: they become ``failed``.
-        Returns the call ids made uncertain.
-        """
+        """At start-up: calls this daemon (or a daemon before fleets) left running become
+        ``uncertain``; planned or approved ones never started, so nothing ran: they become
+        ``failed``; its claims are dropped. Returns the call ids made uncertain."""
         with self._transaction() as db:
-            started = _close_all(
-                db, "status = ?", (CallStatus.STARTED.value,),
-                CallStatus.UNCERTAIN, Code.SIDE_EFFECT_UNCERTAIN,
-                "The daemon stopped while this command was running; it may have partly or "
-                "fully run. Check its effects before running it again.",
-                note, note=note,
-            )  # fmt: skip
-            _close_all(
-                db, "status IN (?, ?)", (CallStatus.PLANNED.value, CallStatus.APPROVED.value),
-                CallStatus.FAILED, Code.INTERRUPTED,
-                "The daemon stopped before this command started; nothing ran. It is safe to "
-                "run it again.",
-                note, note=note,
-            )  # fmt: skip
-        return started
+            return _interrupt(db, "daemon_id IN (?, '')", (self.daemon_id,), note)
+
+    # --- the fleet ---------------------------------------------------------------
+
+    def claim(
+        self, run_id: str, step_id: str, call_id: str, input_hash: str
+    ) -> tuple[str, str] | None:
+        """Take ``(run_id, step_id)`` for ``call_id`` (None), or the holder's (call_id,
+        input_hash): another request for that step is being decided or run, on any daemon."""
+        with self._transaction() as db:
+            while True:
+                taken = db.execute(
+                    "INSERT INTO claims (run_id, step_id, call_id, input_hash, daemon_id,"
+                    " claimed_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                    (run_id, step_id, call_id, input_hash, self.daemon_id, time.time()),
+                ).rowcount
+                if taken == 1:
+                    return None
+                row = db.execute(
+                    "SELECT call_id, input_hash FROM claims WHERE run_id = ? AND step_id = ?",
+                    (run_id, step_id),
+                ).fetchone()
+                if row is not None:  # else released in between: try again
+                    return (row["call_id"], row["input_hash"])
+
+    def release(self, run_id: str, step_id: str, call_id: str) -> None:
+        with self._transaction() as db:
+            db.execute(
+                "DELETE FROM claims WHERE run_id = ? AND step_id = ? AND call_id = ?",
+                (run_id, step_id, call_id),
+            )
+
+    def _take_key(self, db: Any, entry: LedgerEntry) -> None:
+        """Make ``entry``'s step the owner of its business key, in the caller's
+        transaction; :class:`KeyTaken` when another step owns it and its call did not end
+        before starting."""
+        key = entry.idempotency_key
+        taken = db.execute(
+            "INSERT INTO business_keys (idempotency_key, call_id, run_id, step_id)"
+            " VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            (key, entry.call_id, entry.run_id, entry.step_id),
+        ).rowcount
+        if taken == 1:
+            return
+        owner = db.execute(
+            "SELECT call_id, run_id, step_id FROM business_keys WHERE idempotency_key = ?"
+            + self.dialect.for_update,
+            (key,),
+        ).fetchone()
+        same_step = (owner["run_id"], owner["step_id"]) == (entry.run_id, entry.step_id)
+        row = db.execute("SELECT * FROM calls WHERE call_id = ?", (owner["call_id"],)).fetchone()
+        holder = _entry_from_row(row) if row else None
+        never_ran = holder is None or (holder.status.is_final and holder.started_at is None)
+        if not (same_step and entry.run_id) and not never_ran:
+            assert holder is not None
+            raise KeyTaken(key, holder)
+        db.execute(
+            "UPDATE business_keys SET call_id = ?, run_id = ?, step_id = ?"
+            " WHERE idempotency_key = ?",
+            (entry.call_id, entry.run_id, entry.step_id, key),
+        )
+
+    def renew_lease(self, lease_seconds: float) -> None:
+        """This daemon is alive for ``lease_seconds`` more (and no longer swept)."""
+        with self._transaction() as db:
+            db.execute(
+                "INSERT INTO daemons (daemon_id, host, lease_until, expired) VALUES (?, ?, ?, 0)"
+                " ON CONFLICT (daemon_id) DO UPDATE SET host = excluded.host,"
+                " lease_until = excluded.lease_until, expired = 0",
+                (self.daemon_id, socket.gethostname(), time.time() + lease_seconds),
+            )
+
+    def expire_leases(self, note: str) -> builtins.list[str]:
+        """Sweep every other daemon whose lease lapsed: its running calls become
+        ``uncertain`` for the fleet (returned), the ones it had not started ``failed``, its
+        claims are dropped. Each lapsed daemon is swept once, by one sweeper."""
+        made_uncertain: builtins.list[str] = []
+        with self._transaction() as db:
+            lapsed = db.execute(
+                "SELECT daemon_id FROM daemons WHERE lease_until < ? AND expired = 0"
+                " AND daemon_id <> ?" + self.dialect.for_update,
+                (time.time(), self.daemon_id),
+            ).fetchall()
+            for row in lapsed:
+                made_uncertain += _interrupt(db, "daemon_id = ?", (row["daemon_id"],), note)
+                db.execute(
+                    "UPDATE daemons SET expired = 1 WHERE daemon_id = ?", (row["daemon_id"],)
+                )
+        return made_uncertain
 
     # --- reads -------------------------------------------------------------------
 
@@ -290,15 +498,20 @@ class Ledger:
         with self._read() as db:
             row = db.execute(
                 "SELECT * FROM calls WHERE run_id = ? AND step_id = ?"
-                " ORDER BY created_at DESC, rowid DESC LIMIT 1",
+                f" ORDER BY created_at DESC, {self.dialect.order} DESC LIMIT 1",
                 (run_id, step_id),
             ).fetchone()
         return _entry_from_row(row) if row else None
 
     def list(
-        self, *, run_id: str = "", status: CallStatus | None = None, limit: int = 50
+        self,
+        *,
+        run_id: str = "",
+        status: CallStatus | None = None,
+        limit: int = 50,
+        daemon_id: str = "",
     ) -> builtins.list[LedgerEntry]:
-        """Newest first, optionally only one run's calls or one status."""
+        """Newest first, optionally only one run's calls, one status, one daemon's."""
         conditions, params = [], []
         if run_id:
             conditions.append("run_id = ?")
@@ -306,10 +519,13 @@ class Ledger:
         if status is not None:
             conditions.append("status = ?")
             params.append(status.value)
+        if daemon_id:
+            conditions.append("daemon_id = ?")
+            params.append(daemon_id)
         query = "SELECT * FROM calls"
         if conditions:
             query += " WHERE " + " AND ".join(conditions)
-        query += " ORDER BY created_at DESC, rowid DESC LIMIT ?"
+        query += f" ORDER BY created_at DESC, {self.dialect.order} DESC LIMIT ?"
         with self._read() as db:
             rows = db.execute(query, (*params, limit)).fetchall()
         return [_entry_from_row(row) for row in rows]
@@ -317,14 +533,104 @@ class Ledger:
     def transitions(self, call_id: str) -> builtins.list[Transition]:
         with self._read() as db:
             rows = db.execute(
-                "SELECT at, status, detail FROM transitions WHERE call_id = ? ORDER BY at, rowid",
+                "SELECT at, status, detail FROM transitions WHERE call_id = ?"
+                f" ORDER BY at, {self.dialect.order}",
                 (call_id,),
             ).fetchall()
-        return [Transition(row[0], CallStatus(row[1]), row[2]) for row in rows]
+        return [Transition(row["at"], CallStatus(row["status"]), row["detail"]) for row in rows]
+
+
+class SqliteLedger(SqlLedger):
+    """The embedded store: one SQLite file, one connection behind a lock (the daemon's
+    writes are few and small, and a single writer keeps ordering simple)."""
+
+    dialect = SQLITE
+
+    def __init__(self, path: Path, daemon_id: str = "") -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            private_file(path)
+            self._db = sqlite3.connect(
+                path, timeout=BUSY_TIMEOUT_S, check_same_thread=False, isolation_level=None
+            )
+        except (sqlite3.Error, OSError) as exc:
+            raise LedgerError(f"cannot open the ledger at {path}: {exc}") from exc
+        self._db.row_factory = sqlite3.Row
+        try:
+            with self._guard("open"):
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=FULL")
+            super().__init__(daemon_id, str(path))
+        except LedgerError:
+            self._db.close()
+            raise
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    @contextmanager
+    def _guard(self, what: str) -> Iterator[None]:
+        """Translate SQLite's errors into the daemon's (the caller holds no lock here)."""
+        try:
+            yield
+        except sqlite3.Error as exc:
+            if getattr(exc, "sqlite_errorcode", 0) & 0xFF in _SQLITE_BUSY_CODES:
+                raise LedgerBusy(
+                    f"the ledger at {self.path} was locked by another process for over "
+                    f"{BUSY_TIMEOUT_S:g}s ({what})"
+                ) from exc
+            raise LedgerError(f"cannot {what} the ledger at {self.path}: {exc}") from exc
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        with self._lock, self._guard("read"):
+            yield self._db
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        with self._lock, self._guard("write"):
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
+            try:
+                self._db.execute("COMMIT")
+            except sqlite3.Error:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
+
+    def _schema_version(self, db: sqlite3.Connection) -> int:
+        return int(db.execute("PRAGMA user_version").fetchone()[0])
+
+    def _set_schema_version(self, db: sqlite3.Connection, version: int) -> None:
+        db.execute(f"PRAGMA user_version={int(version)}")
+
+
+def _interrupt(db: Any, where: str, params: tuple[Any, ...], note: str) -> builtins.list[str]:
+    """The calls matching ``where`` that a stopped daemon left: ``started`` → uncertain
+    (returned), ``planned`` / ``approved`` → failed; and that daemon's claims dropped."""
+    started = _close_all(
+        db, f"{where} AND status = ?", (*params, CallStatus.STARTED.value),
+        CallStatus.UNCERTAIN, Code.SIDE_EFFECT_UNCERTAIN, _INTERRUPTED_RUNNING, note, note=note,
+    )  # fmt: skip
+    _close_all(
+        db, f"{where} AND status IN (?, ?)",
+        (*params, CallStatus.PLANNED.value, CallStatus.APPROVED.value),
+        CallStatus.FAILED, Code.INTERRUPTED, _INTERRUPTED_BEFORE, note, note=note,
+    )  # fmt: skip
+    db.execute(f"DELETE FROM claims WHERE {where}", params)
+    return started
 
 
 def _close_all(
-    db: sqlite3.Connection,
+    db: Any,
     where: str,
     params: tuple[Any, ...],
     status: CallStatus,
@@ -336,7 +642,8 @@ def _close_all(
 ) -> builtins.list[str]:
     """Give every call matching ``where`` a final state, in the caller's transaction."""
     now = time.time()
-    call_ids = [row[0] for row in db.execute(f"SELECT call_id FROM calls WHERE {where}", params)]
+    rows = db.execute(f"SELECT call_id FROM calls WHERE {where}", params).fetchall()
+    call_ids = [row["call_id"] for row in rows]
     for call_id in call_ids:
         db.execute(
             "UPDATE calls SET status = ?, code = ?, content = ?, finished_at = ?,"
@@ -394,7 +701,7 @@ def _entry_to_row(entry: LedgerEntry) -> dict[str, Any]:
     }
 
 
-def _entry_from_row(row: sqlite3.Row) -> LedgerEntry:
+def _entry_from_row(row: Any) -> LedgerEntry:
     return LedgerEntry(
         call_id=row["call_id"],
         run_id=row["run_id"],
@@ -436,6 +743,7 @@ def _entry_from_row(row: sqlite3.Row) -> LedgerEntry:
         input_json=row["input_json"],
         effects_recorded=bool(row["effects_recorded"]),
         output_json=row["output_json"],
+        daemon_id=row["daemon_id"],
     )
 
 

@@ -14,8 +14,9 @@ Choices, and why
 - **Signal handlers only set flags**; the main loop acts on them. A first SIGTERM/SIGINT
   starts a graceful shutdown; a second one skips the grace period; SIGHUP reloads the rule
   files (a broken file keeps the last good rules).
-- **The main loop survives the ledger.** A busy or failing ledger while expiring approvals
-  is logged and tried again on the next tick; it never stops the daemon.
+- **The main loop survives the ledger.** Every second it renews this daemon's lease, sweeps
+  lapsed daemons, expires approvals and starts calls approved elsewhere; a busy or failing
+  ledger is logged and tried again on the next tick; it never stops the daemon.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from shellwardd.errors import (
     ShellwardError,
     StateError,
 )
-from shellwardd.ledger import Ledger
+from shellwardd.ledger import open_ledger
 from shellwardd.runtime import Runtime
 from shellwardd.sandbox import Sandbox
 from shellwardd.server import DaemonInfo, Listeners
@@ -152,8 +153,9 @@ class Daemon:
             toolchains_for(config.toolchains, config.workspaces),
         )
 
-        # 4. The ledger, and what a previous daemon left running.
-        self.ledger = Ledger(config.ledger_path)
+        # 4. The ledger (its schema migrated), what this daemon left running before it
+        #    restarted, and its lease among the fleet's daemons.
+        self.ledger = open_ledger(config.ledger_url, config.identity)
         resources.callback(self.ledger.close)
         # Before calls are marked uncertain: end what they left running (a crashed predecessor's).
         survivors = self.sandbox.reap()
@@ -164,6 +166,7 @@ class Daemon:
         if recovered:
             log.warning("calls left running by a previous daemon are now uncertain",
                         extra={"call_ids": recovered})  # fmt: skip
+        self.ledger.renew_lease(config.lease_seconds)
 
         # 5. Index every workspace in the background; the first call in one waits for it.
         self.monitors: dict[Path, WorkspaceMonitor] = {}
@@ -213,15 +216,18 @@ class Daemon:
                                    "workspaces": [str(w) for w in config.workspaces]})  # fmt: skip
 
     def main_loop(self) -> None:
-        """Act on SIGHUP, expire unanswered approvals, until told to stop."""
+        """Act on SIGHUP, keep the lease, expire unanswered approvals, run calls approved
+        on other daemons, until told to stop."""
         while not self.signals.should_exit.wait(timeout=1.0):
             if self.signals.reload:
                 self.signals.reload = False
                 self.rules.reload()
             try:
+                self.runtime.keep_lease()
                 self.runtime.expire_approvals()
+                self.runtime.run_approved()
             except LedgerError as exc:
-                log.warning("could not expire approvals; trying again",
+                log.warning("the ledger did not answer the main loop; trying again",
                             extra={"problem": exc.message})  # fmt: skip
 
     def shutdown(self) -> None:

@@ -83,6 +83,34 @@ def in_progress(run_id: str, step_id: str, call_id: str) -> Decision:
     )
 
 
+def key_taken(key: str, holder: LedgerEntry) -> Decision:
+    """Another step owns the business idempotency key ``key`` (any daemon of the fleet)."""
+    if holder.status is CallStatus.SUCCEEDED:
+        return Decision(Action.RETURN_RECORDED)
+    if not holder.status.is_final:
+        return still_running(holder)
+    return Decision(
+        Action.REFUSE,
+        Code.SIDE_EFFECT_UNCERTAIN,
+        f"The business idempotency key {key!r} belongs to {_step(holder)}, which ended "
+        f"{holder.status.value}: {holder.content} Nothing ran. Settle that step first "
+        f"(shellward show {holder.call_id}), or change the request so that it names another "
+        "object.",
+    )
+
+
+def elsewhere(previous: LedgerEntry, here: str) -> Decision:
+    """A check of ``previous``'s file effects asked of a daemon that does not hold them."""
+    return Decision(
+        Action.REFUSE,
+        Code.UNAVAILABLE,
+        f"{_step(previous).capitalize()} ran on daemon {previous.daemon_id!r}, which holds its "
+        f"workspace; this daemon ({here!r}) cannot check its file effects, and checking its "
+        f"own files would answer for the wrong ones. Nothing ran. Send this retry to "
+        f"{previous.daemon_id!r} (or run `shellward recover` against it).",
+    )
+
+
 def awaiting_approval(entry: LedgerEntry) -> Decision:
     return Decision(
         Action.REFUSE,
@@ -209,11 +237,17 @@ def resolve(
     now: float,
     retention: float,
     hash_of: Callable[[Path], str],
+    here: str = "",
 ) -> Decision:
-    """:func:`decide`, with a CHECK settled against the workspace now (never CHECK)."""
+    """:func:`decide`, with a CHECK settled against the workspace now (never CHECK).
+
+    ``here`` is the deciding daemon's id: a CHECK of a call another daemon recorded is
+    refused (:func:`elsewhere`), its workspace is not this host's."""
     decision = decide(previous, input_hash=input_hash, rerun=rerun, now=now, retention=retention)
     if decision.action is not Action.CHECK:
         return decision
+    if previous.daemon_id and previous.daemon_id != here:
+        return elsewhere(previous, here)
     check = check_effects(previous, Path(previous.workspace), hash_of)
     if check.state is EffectsState.CONFLICT:
         return Decision(Action.ASK, Code.CONFLICT, checked=True, conflicts=check.conflicts)
@@ -227,7 +261,12 @@ def resolve(
 
 
 def recovery_item(
-    entry: LedgerEntry, *, now: float, retention: float, hash_of: Callable[[Path], str]
+    entry: LedgerEntry,
+    *,
+    now: float,
+    retention: float,
+    hash_of: Callable[[Path], str],
+    here: str = "",
 ) -> RecoveryItem | None:
     """What ``shellward recover`` says of a step whose newest attempt is ``entry``
     (None: it ended cleanly, or before it started: nothing to recover)."""
@@ -237,7 +276,7 @@ def recovery_item(
         return RecoveryItem(entry, "wait", f"still {entry.status.value}; wait for it")
     decision = resolve(
         entry, input_hash=entry.input_hash, rerun=False, now=now, retention=retention,
-        hash_of=hash_of,
+        hash_of=hash_of, here=here,
     )  # fmt: skip
     if decision.action is Action.RETURN_RECORDED:
         return None

@@ -46,7 +46,7 @@ from shellwardd.calls import (
 from shellwardd.calls.command import Classify
 from shellwardd.config import Config
 from shellwardd.errors import InvalidArgument, LedgerError, NotFound, Unavailable
-from shellwardd.ledger import Ledger
+from shellwardd.ledger import LedgerStore
 from shellwardd.outcomes import already_applied, conflict_content, refusal, result_from_entry
 from shellwardd.replay import (
     Action,
@@ -71,7 +71,7 @@ class Runtime:
     def __init__(
         self,
         config: Config,
-        ledger: Ledger,
+        ledger: LedgerStore,
         classify: Classify,
         sandbox: Sandbox,
         monitors: Mapping[Path, WorkspaceMonitor],
@@ -92,9 +92,11 @@ class Runtime:
         }
         self._business = McpToolKind(config, registry)
         self._lock = threading.Lock()
-        # (run_id, step_id) → (call_id, input_hash) of the request being decided or run.
-        self._claimed: dict[tuple[str, str], tuple[str, str]] = {}
         self._workers: set[threading.Thread] = set()
+        # Approved calls this daemon started, kept for its life: an approval here and the
+        # main loop's pick-up of calls approved elsewhere (a list read before the call
+        # started may be stale) must never start one twice.
+        self._resumed: set[str] = set()
 
     def _kind(self, tool_name: str) -> Kind:
         return self._kinds.get(tool_name, self._business)
@@ -217,7 +219,7 @@ class Runtime:
         for entry in sorted(latest.values(), key=lambda e: e.created_at):
             item = recovery_item(
                 entry, now=time.time(), retention=self._config.retention_seconds,
-                hash_of=content_hash,
+                hash_of=content_hash, here=self._ledger.daemon_id,
             )  # fmt: skip
             if item is not None:
                 items.append(item)
@@ -253,8 +255,7 @@ class Runtime:
                     return self._lifecycle.attempt(kind, call_id, input_hash, request, listener)
                 return self._again(kind, previous, call_id, input_hash, request, listener)
             finally:
-                with self._lock:
-                    self._claimed.pop(identity, None)
+                self._release(identity, call_id)
         except LedgerError as exc:
             # Raised only where nothing ran (a started call is always finished).
             log.error("ledger unavailable", extra={"call_id": call_id, "problem": exc.message})
@@ -303,15 +304,22 @@ class Runtime:
         self, identity: tuple[str, str], call_id: str, input_hash: str
     ) -> CommandResult | None:
         """Take the identity for this request (None), or answer at once: another request
-        for it is being decided or run right now."""
-        with self._lock:
-            holder = self._claimed.get(identity)
-            if holder is None:
-                self._claimed[identity] = (call_id, input_hash)
-                return None
+        for it is being decided or run right now, on this daemon or another of the fleet
+        (the ledger's claims table decides)."""
+        holder = self._ledger.claim(*identity, call_id, input_hash)
+        if holder is None:
+            return None
         held_call, held_hash = holder
         make = in_progress if held_hash == input_hash else mismatch
         return refusal(make(*identity, held_call), held_call, identity)
+
+    def _release(self, identity: tuple[str, str], call_id: str) -> None:
+        try:
+            self._ledger.release(*identity, call_id)
+        except LedgerError as exc:
+            # The claim stays until this daemon restarts or its lease lapses: retries of
+            # the step answer IN_PROGRESS meanwhile, which is safe.
+            log.error("claim not released", extra={"call_id": call_id, "problem": exc.message})
 
     def _again(
         self,
@@ -326,6 +334,7 @@ class Runtime:
         decision = resolve(
             previous, input_hash=input_hash, rerun=request.rerun, now=time.time(),
             retention=self._config.retention_seconds, hash_of=content_hash,
+            here=self._ledger.daemon_id,
         )  # fmt: skip
         if decision.action is Action.RETURN_RECORDED:
             return result_from_entry(previous, replayed=True)
@@ -343,7 +352,9 @@ class Runtime:
     # --- approvals -----------------------------------------------------------------
 
     def approve(self, call_id: str, approve: bool, reason: str = "") -> LedgerEntry:
-        """A human's answer to a pending call: approved calls start now, in the background."""
+        """A human's answer to a pending call, given on any daemon of the fleet: an approved
+        call starts now, in the background, on the daemon that recorded it (it holds the
+        workspace): here, or on that daemon's next tick (:meth:`run_approved`)."""
         entry = self.get_call(call_id)
         if entry.status is not CallStatus.PENDING_APPROVAL:
             raise InvalidArgument(
@@ -360,20 +371,41 @@ class Runtime:
                 raise _answered_already(call_id)
             self._tracker.notify()
             return self.get_call(call_id)
-        if not self._tracker.accepting:
+        mine = self._holds(entry)
+        if mine and not self._tracker.accepting:
             raise Unavailable("the daemon is shutting down; approve the call once it is back")
         if not self._ledger.transition(
             call_id, CallStatus.PENDING_APPROVAL, CallStatus.APPROVED, f"approved{why}"
         ):
             raise _answered_already(call_id)
         approved = replace(entry, status=CallStatus.APPROVED)
-        worker = threading.Thread(
-            target=self._run_approved, args=(approved,), name=f"approved-{call_id}", daemon=True
-        )
+        if mine:
+            self._start_approved(approved)
+        return approved
+
+    def _holds(self, entry: LedgerEntry) -> bool:
+        """Whether this daemon holds the call's workspace (it recorded the call)."""
+        return entry.daemon_id in ("", self._ledger.daemon_id)
+
+    def run_approved(self) -> None:
+        """Start this daemon's calls that were approved on another daemon."""
+        if not self._tracker.accepting:
+            return
+        mine = self._ledger.daemon_id
+        for entry in self._ledger.list(status=CallStatus.APPROVED, daemon_id=mine, limit=100):
+            self._start_approved(entry)
+
+    def _start_approved(self, entry: LedgerEntry) -> None:
         with self._lock:
+            if entry.call_id in self._resumed:
+                return
+            self._resumed.add(entry.call_id)
+            worker = threading.Thread(
+                target=self._run_approved, args=(entry,), name=f"approved-{entry.call_id}",
+                daemon=True,
+            )  # fmt: skip
             self._workers.add(worker)
         worker.start()
-        return approved
 
     def _run_approved(self, entry: LedgerEntry) -> None:
         try:
@@ -383,6 +415,17 @@ class Runtime:
         finally:
             with self._lock:
                 self._workers.discard(threading.current_thread())
+
+    def keep_lease(self) -> None:
+        """Renew this daemon's lease; sweep the daemons whose lease lapsed (their running
+        calls become uncertain for the fleet)."""
+        self._ledger.renew_lease(self._config.lease_seconds)
+        swept = self._ledger.expire_leases(
+            "its daemon stopped renewing its lease (it died, or lost the ledger)"
+        )
+        if swept:
+            log.warning("calls of a lapsed daemon are now uncertain", extra={"call_ids": swept})
+            self._tracker.notify()
 
     def expire_approvals(self) -> list[str]:
         """Pending calls older than the approval timeout are denied (nothing ran)."""

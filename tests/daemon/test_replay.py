@@ -17,7 +17,7 @@ from shellward.types import (
     LedgerEntry,
     ReplayPolicy,
 )
-from shellwardd.replay import Action, EffectsState, check_effects, decide
+from shellwardd.replay import Action, EffectsState, check_effects, decide, recovery_item, resolve
 from shellwardd.watch import content_hash
 from shellwardd.watch.hashing import DIR_HASH
 
@@ -174,3 +174,28 @@ def test_effects_outside_a_workspace_cannot_be_checked(tmp_path: Path) -> None:
 
 def test_no_recorded_effects_runs_again(tmp_path: Path) -> None:
     assert check_effects(_with_effects(), tmp_path, content_hash).state is EffectsState.AT_BEFORE
+
+
+def test_a_check_on_a_daemon_that_does_not_hold_the_workspace_says_so(tmp_path: Path) -> None:
+    # Recorded by daemon "a"; its workspace path exists here too, with other files in it.
+    entry = replace(
+        _with_effects(FileEffect("a.txt", EffectKind.MODIFIED, _sha(b"old"), _sha(b"new"), 3)),
+        status=CallStatus.UNCERTAIN, workspace=str(tmp_path), daemon_id="a",
+    )  # fmt: skip
+    (tmp_path / "a.txt").write_bytes(b"new")
+    checked: list[Path] = []
+
+    def hash_of(path: Path) -> str:
+        checked.append(path)
+        return content_hash(path)
+
+    on_a = resolve(entry, input_hash="h", rerun=False, now=NOW, retention=DAY,
+                   hash_of=hash_of, here="a")  # fmt: skip
+    assert on_a.action is Action.ALREADY_APPLIED
+    checked.clear()
+    on_b = resolve(entry, input_hash="h", rerun=False, now=NOW, retention=DAY,
+                   hash_of=hash_of, here="b")  # fmt: skip
+    assert on_b.action is Action.REFUSE and on_b.code is Code.UNAVAILABLE
+    assert "ran on daemon 'a'" in on_b.content and checked == []
+    item = recovery_item(entry, now=NOW, retention=DAY, hash_of=hash_of, here="b")
+    assert item is not None and item.action == "refuse" and "daemon 'a'" in item.reason

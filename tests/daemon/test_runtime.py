@@ -27,7 +27,7 @@ from shellward.types import (
 from shellwardd.calls import Silent
 from shellwardd.config import Config, load_config
 from shellwardd.errors import InvalidArgument
-from shellwardd.ledger import Ledger
+from shellwardd.ledger import SqliteLedger
 from shellwardd.requests import CommandRequest
 from shellwardd.runtime import Runtime
 from shellwardd.sandbox import ProcessOutcome, Sandbox, SandboxSpec
@@ -65,7 +65,7 @@ def writes(command: str, cwd: str | None, workspace: str | None, env: Mapping[st
 @dataclass
 class Setup:
     config: Config
-    ledger: Ledger
+    ledger: SqliteLedger
     sandbox: FakeSandbox
     workspace: Path
 
@@ -99,7 +99,7 @@ def setup(tmp_path: Path, workspace: Path) -> Iterator[Setup]:
          "--socket", str(tmp_path / "run" / "s.sock")],
         env={},
     )  # fmt: skip
-    ledger = Ledger(config.ledger_path)
+    ledger = SqliteLedger(config.ledger_path)
     yield Setup(config, ledger, FakeSandbox(), config.workspaces[0])
     ledger.close()
 

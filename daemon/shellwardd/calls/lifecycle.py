@@ -44,8 +44,9 @@ from shellward.types import (
 )
 from shellwardd import outcomes, requests
 from shellwardd.errors import LedgerError, PermissionDenied, ShellwardError, Unavailable
-from shellwardd.ledger import Ledger
-from shellwardd.outcomes import reconcile, result_from_entry
+from shellwardd.ledger import KeyTaken, LedgerStore
+from shellwardd.outcomes import reconcile, refusal, result_from_entry
+from shellwardd.replay import Action, key_taken
 from shellwardd.requests import ToolRequest
 from shellwardd.watch import CallEffects, CallWatch, WorkspaceMonitor
 
@@ -210,7 +211,7 @@ class _Window:
 
 class Lifecycle:
     def __init__(
-        self, ledger: Ledger, monitors: Mapping[Path, WorkspaceMonitor], tracker: Tracker
+        self, ledger: LedgerStore, monitors: Mapping[Path, WorkspaceMonitor], tracker: Tracker
     ) -> None:
         self._ledger = ledger
         self._monitors = monitors
@@ -246,12 +247,32 @@ class Lifecycle:
         if approval is not None:
             code, content = approval
             entry = replace(entry, status=CallStatus.PENDING_APPROVAL, code=code, content=content)
-            self._ledger.record(entry, f"waits for a human: {code.value}")
+            taken = self._record_new(entry, f"waits for a human: {code.value}")
+            if taken is not None:
+                return taken
             listener.accepted(call_id, verdict)
             return result_from_entry(entry)
-        self._ledger.record(entry)
+        taken = self._record_new(entry, "")
+        if taken is not None:
+            return taken
         listener.accepted(call_id, verdict)
         return self.run(entry, plan.execution, listener)
+
+    def _record_new(self, entry: LedgerEntry, detail: str) -> CommandResult | None:
+        """Record a new attempt; the answer instead when its business idempotency key
+        belongs to another step (that step's result, or why nothing ran): nothing is
+        recorded and nothing runs."""
+        try:
+            self._ledger.record(entry, detail)
+        except KeyTaken as taken:
+            log.info("business key taken", extra={"call_id": entry.call_id,
+                                                  "holder": taken.holder.call_id})  # fmt: skip
+            decision = key_taken(taken.key, taken.holder)
+            if decision.action is Action.RETURN_RECORDED:
+                return result_from_entry(taken.holder, replayed=True)
+            holder = taken.holder
+            return refusal(decision, holder.call_id, (holder.run_id, holder.step_id), holder)
+        return None
 
     def resume(self, kind: Kind, entry: LedgerEntry) -> CommandResult:
         """Run a recorded call a human approved."""
