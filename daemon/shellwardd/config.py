@@ -344,9 +344,9 @@ _OPTIONS = (
     _Option(
         "--lease-seconds",
         "SHELLWARD_LEASE_SECONDS",
-        "How long this daemon's lease on the ledger lasts without renewal (renewed every "
-        "second); once another daemon finds it lapsed, this daemon's running calls become "
-        "uncertain for the fleet (default 30).",
+        "How long this daemon's lease on the ledger lasts without renewal (renewed when a "
+        "third of it has passed); once another daemon finds it lapsed, this daemon's running "
+        "calls become uncertain for the fleet (default 30).",
         kind=float,
     ),
     _Option("--log-level", "SHELLWARD_LOG_LEVEL", "debug, info, warning or error (default info)."),

@@ -14,7 +14,7 @@ Choices, and why
 - **Signal handlers only set flags**; the main loop acts on them. A first SIGTERM/SIGINT
   starts a graceful shutdown; a second one skips the grace period; SIGHUP reloads the rule
   files (a broken file keeps the last good rules).
-- **The main loop survives the ledger.** Every second it renews this daemon's lease, sweeps
+- **The main loop survives the ledger.** Every second it keeps this daemon's lease, sweeps
   lapsed daemons, expires approvals and starts calls approved elsewhere; a busy or failing
   ledger is logged and tried again on the next tick; it never stops the daemon.
 """

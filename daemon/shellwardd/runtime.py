@@ -97,6 +97,7 @@ class Runtime:
         # main loop's pick-up of calls approved elsewhere (a list read before the call
         # started may be stale) must never start one twice.
         self._resumed: set[str] = set()
+        self._lease_renewed = time.monotonic()  # main.Daemon renews it at start-up
 
     def _kind(self, tool_name: str) -> Kind:
         return self._kinds.get(tool_name, self._business)
@@ -417,9 +418,12 @@ class Runtime:
                 self._workers.discard(threading.current_thread())
 
     def keep_lease(self) -> None:
-        """Renew this daemon's lease; sweep the daemons whose lease lapsed (their running
-        calls become uncertain for the fleet)."""
-        self._ledger.renew_lease(self._config.lease_seconds)
+        """Renew this daemon's lease once a third of it has passed (a renewal is a durable
+        write: one a second would cost a lone SQLite daemon a disk flush a second); sweep
+        the daemons whose lease lapsed (their running calls become uncertain for the fleet)."""
+        if time.monotonic() - self._lease_renewed >= self._config.lease_seconds / 3:
+            self._ledger.renew_lease(self._config.lease_seconds)
+            self._lease_renewed = time.monotonic()
         swept = self._ledger.expire_leases(
             "its daemon stopped renewing its lease (it died, or lost the ledger)"
         )
