@@ -91,9 +91,6 @@ def translate(exc: grpc.RpcError, target: str) -> ShellwardError:
     answered = isinstance(exc, grpc.Call | grpc.aio.AioRpcError)
     code = exc.code() if answered else grpc.StatusCode.UNKNOWN
     details = (exc.details() if answered else "") or str(exc)
-    # Imported here: _wire raises ProtocolError from this module (a cycle at import time).
-    from shellward._wire import code_from_metadata
-
     domain = code_from_metadata(exc.trailing_metadata()) if answered else None
     kind = _BY_STATUS.get(code, ProtocolError)
     if kind is DaemonUnavailable and domain is None:  # no daemon answered: say how to start one

@@ -196,6 +196,7 @@ class Daemon:
             sandbox_detail=self.sandbox.detail,
             started_at=time.time(),
             containment=self.sandbox.containment(config.limits),
+            ledger_location=self.ledger.location,
         )
         statedir.check_socket_dir(config.socket)
         try:

@@ -79,6 +79,8 @@ class DaemonInfo:
     sandbox_detail: str
     started_at: float
     containment: tuple[ContainmentControl, ...] = ()
+    # Where the ledger lives (a PostgreSQL URL without its password, or the SQLite file).
+    ledger_location: str = ""
 
 
 class ShellwardServicer(pb_grpc.ShellwardServicer):
@@ -206,7 +208,7 @@ class ShellwardServicer(pb_grpc.ShellwardServicer):
             version=info.version,
             socket=str(info.config.socket),
             state_dir=str(info.config.state_dir),
-            ledger_path=str(info.config.ledger_path),
+            ledger_path=info.ledger_location or str(info.config.ledger_path),
             sandbox_enabled=info.sandbox_enabled,
             sandbox_detail=info.sandbox_detail,
             workspaces=tuple(str(w) for w in info.config.workspaces),

@@ -222,3 +222,10 @@ def test_a_ledger_url_of_another_kind_is_refused(tmp_path: Path) -> None:
     run = _start_up(tmp_path, "--ledger", "mysql://db/ledger")
     assert run.returncode == EXIT_CONFIG, run.stderr
     assert "use sqlite:///absolute/path or postgresql://" in run.stderr
+
+
+def test_status_names_the_shared_ledger_not_the_state_dirs_file(fleet: list[Daemon]) -> None:
+    with fleet[0].client() as client:
+        shown = client.status().ledger_path
+    assert shown.startswith("postgresql://"), shown
+    assert "ledger.sqlite3" not in shown
