@@ -22,7 +22,7 @@ PUBLIC = {
     "Idempotency", "InvalidRequest", "LedgerEntry", "NotFound", "OutputChunk",
     "PermissionDenied", "ProtocolError", "RecoveryItem", "ReloadOutcome", "ReplayPolicy",
     "RuleFileCheck", "RuleLayer", "ShellwardError", "Stream", "StreamEvent", "ToolInfo",
-    "Verdict", "WorkspaceStatus",
+    "ToolServerStatus", "Transition", "Verdict", "WorkspaceStatus",
 }  # fmt: skip
 
 

@@ -7,19 +7,23 @@ else touches generated code.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, fields
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.struct_pb2 import Struct
 from google.protobuf.timestamp_pb2 import Timestamp
+from google.rpc import error_details_pb2, status_pb2
 
 from shellward import types as t
 from shellward._exceptions import ProtocolError
 from shellward.v1 import shellward_pb2 as pb
 
-# Trailing metadata of a failed unary RPC: the daemon's domain code (a ``Code`` value).
+# Trailing metadata of an RPC the daemon failed: the domain code (a ``Code`` value), and the
+# standard google.rpc.Status whose ErrorInfo (domain ERROR_DOMAIN) carries it too.
 CODE_METADATA_KEY = "shellward-code"
+STATUS_DETAILS_KEY = "grpc-status-details-bin"
+ERROR_DOMAIN = "shellward"
 
 # Enum tables: one place maps each domain enum to its wire enum and back.
 _IDEMPOTENCY: dict[t.Idempotency, Any] = {
@@ -524,10 +528,30 @@ def rule_check_from_wire(message: pb.RuleFileCheck) -> t.RuleFileCheck:
 _TOOL_SERVER_FIELDS = tuple(f.name for f in fields(t.ToolServerStatus))
 
 
-def code_from_metadata(metadata: Any) -> t.Code | None:
-    """The daemon's domain code in an RPC's trailing metadata, if it sent one."""
+@dataclass(frozen=True)
+class ErrorDetails:
+    """What the daemon said about an error besides its sentence: its domain code and the
+    ErrorInfo metadata (``retryable``, ``call_id``, ...)."""
+
+    code: t.Code | None
+    metadata: dict[str, str]
+
+
+def error_details(metadata: Any) -> ErrorDetails:
+    """The google.rpc.Status details in an RPC's trailing metadata (an ErrorInfo from the
+    daemon), else the older ``shellward-code`` entry alone."""
+    fallback = None
     for key, value in metadata or ():
+        if key == STATUS_DETAILS_KEY and isinstance(value, bytes):
+            status = status_pb2.Status.FromString(value)
+            for any_detail in status.details:
+                info = error_details_pb2.ErrorInfo()
+                if any_detail.Unpack(info) and info.domain == ERROR_DOMAIN:
+                    return ErrorDetails(_code(info.reason), dict(info.metadata))
         if key == CODE_METADATA_KEY:
-            text = value.decode() if isinstance(value, bytes) else value
-            return next((code for code in t.Code if code.value == text), None)
-    return None
+            fallback = _code(value.decode() if isinstance(value, bytes) else value)
+    return ErrorDetails(fallback, {})
+
+
+def _code(text: str) -> t.Code | None:
+    return next((code for code in t.Code if code.value == text), None)

@@ -3,6 +3,7 @@
     ShellwardError (code, message, retryable)
     ├── InvalidArgument        bad input: nothing ran, fix the request
     ├── PermissionDenied       outside the allowed workspaces, or refused by policy
+    ├── Unauthenticated        a TCP request without the daemon's token
     ├── NotFound               unknown call id, or no such file
     ├── Conflict               a file is not at the hash the caller based its edit on
     ├── SandboxUnavailable     bwrap missing or unusable
@@ -40,6 +41,10 @@ class InvalidArgument(ShellwardError):
 
 class PermissionDenied(ShellwardError):
     code = Code.PERMISSION_DENIED
+
+
+class Unauthenticated(ShellwardError):
+    code = Code.UNAUTHENTICATED
 
 
 class NotFound(ShellwardError):

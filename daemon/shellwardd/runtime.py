@@ -138,7 +138,7 @@ class Runtime:
             entry = self._ledger.get(call_id)
             if entry is None:
                 raise NotFound(
-                    f"no call {call_id!r} in the ledger; list recent calls with `shellward ledger`"
+                    f"no call {call_id!r} in the ledger; ListCalls lists the recent ones"
                 )
             return entry
         if run_id and step_id:
@@ -344,11 +344,13 @@ class Runtime:
 
     def approve(self, call_id: str, approve: bool, reason: str = "") -> LedgerEntry:
         """A human's answer to a pending call: approved calls start now, in the background."""
+        if not call_id:
+            raise InvalidArgument("give the call_id of a call waiting for approval (ListApprovals)")
         entry = self.get_call(call_id)
         if entry.status is not CallStatus.PENDING_APPROVAL:
             raise InvalidArgument(
-                f"call {call_id} is {entry.status.value}, not waiting for approval; see "
-                "`shellward approvals` for the calls that are"
+                f"call {call_id} is {entry.status.value}, not waiting for approval; ListApprovals "
+                "lists the calls that are"
             )
         why = f": {reason}" if reason else ""
         if not approve:
@@ -417,6 +419,6 @@ class Runtime:
 
 def _answered_already(call_id: str) -> InvalidArgument:
     return InvalidArgument(
-        f"call {call_id} is no longer waiting for approval: another answer came first; see "
-        f"`shellward show {call_id}`"
+        f"call {call_id} is no longer waiting for approval: another answer came first; "
+        f"GetCall {call_id} shows it"
     )

@@ -1,9 +1,19 @@
 """The gRPC edge: decode a request, call the runtime, encode the answer. Nothing else.
 
 Errors are translated once, here: a :class:`~shellwardd.errors.ShellwardError` becomes the
-gRPC status of its code (``_STATUS``) with its sentence as details, and the domain code
-itself travels as trailing metadata (``shellward-code``), so a client can tell a busy
-daemon (UNAVAILABLE, code UNAVAILABLE) from no daemon at all.
+gRPC status of its code (``_STATUS``) with its sentence as the status message.
+
+Choices, and why:
+- The domain code travels as a ``google.rpc.Status`` in ``grpc-status-details-bin`` whose
+  ``ErrorInfo`` has the code as ``reason`` (domain ``shellward``) and what the caller needs
+  in ``metadata`` (``retryable``, and ``call_id`` / ``run_id`` / ``step_id`` when the request
+  named them): the standard any gRPC library decodes, so a Node or Go client tells CONFLICT
+  from SANDBOX_ERROR (both FAILED_PRECONDITION) without parsing a sentence.
+- The code also stays in the trailing metadata ``shellward-code``, for clients written
+  before the details existed.
+- RunCommand, Replay (once started) and CallTool answer a call's outcome in-band (a result
+  with ``ok=false`` and a code); everything else, and a request refused before a call
+  exists, answers by status. The .proto says the same.
 
 Also serves the standard health service and server reflection. The Unix socket is
 trusted (mode 0600); a TCP listener, when asked for, requires a bearer token.
@@ -28,8 +38,11 @@ from typing import Any, cast
 
 import grpc
 from google.protobuf.json_format import MessageToDict
+from google.protobuf.message import Message
+from google.rpc import error_details_pb2, status_pb2
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+from grpc_status import rpc_status
 
 from shellward import _wire
 from shellward.types import Code, CommandResult, DaemonStatus, OutputChunk, Verdict
@@ -37,7 +50,7 @@ from shellward.v1 import shellward_pb2 as pb
 from shellward.v1 import shellward_pb2_grpc as pb_grpc
 from shellwardd.classifier import LiveRules
 from shellwardd.config import Config, Limits
-from shellwardd.errors import InvalidArgument, ShellwardError
+from shellwardd.errors import InvalidArgument, ShellwardError, Unauthenticated
 from shellwardd.requests import CommandRequest, ToolRequest
 from shellwardd.rulecheck import check_rule_files
 from shellwardd.runtime import Runtime
@@ -47,17 +60,26 @@ log = logging.getLogger("shellwardd.server")
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Shellward"].full_name
 MAX_WORKERS = 64
 
-# The one table from domain codes to gRPC status codes (for the unary RPCs; RunCommand
-# answers every outcome in-band as a CommandResult).
+# The one table from domain codes to gRPC status codes, for errors answered by status (the
+# in-band results of RunCommand, Replay and CallTool carry the code itself). Codes that share
+# a status are told apart by the ErrorInfo reason.
 _STATUS = {
     Code.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
     Code.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
     Code.PERMISSION_DENIED: grpc.StatusCode.PERMISSION_DENIED,
+    Code.NEEDS_APPROVAL: grpc.StatusCode.PERMISSION_DENIED,
     Code.SANDBOX_ERROR: grpc.StatusCode.FAILED_PRECONDITION,
-    Code.IN_PROGRESS: grpc.StatusCode.ABORTED,
-    Code.IDEMPOTENCY_KEY_MISMATCH: grpc.StatusCode.ALREADY_EXISTS,
-    Code.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
     Code.CONFLICT: grpc.StatusCode.FAILED_PRECONDITION,
+    Code.SIDE_EFFECT_UNCERTAIN: grpc.StatusCode.FAILED_PRECONDITION,
+    Code.ALREADY_APPLIED: grpc.StatusCode.ALREADY_EXISTS,
+    Code.IDEMPOTENCY_KEY_MISMATCH: grpc.StatusCode.ALREADY_EXISTS,
+    Code.IN_PROGRESS: grpc.StatusCode.ABORTED,
+    Code.RECORD_EXPIRED: grpc.StatusCode.NOT_FOUND,
+    Code.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
+    Code.TIMEOUT: grpc.StatusCode.DEADLINE_EXCEEDED,
+    Code.INTERRUPTED: grpc.StatusCode.CANCELLED,
+    Code.COMMAND_FAILED: grpc.StatusCode.UNKNOWN,
+    Code.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED,
     Code.INTERNAL: grpc.StatusCode.INTERNAL,
 }
 
@@ -83,7 +105,9 @@ class ShellwardServicer(pb_grpc.ShellwardServicer):
         self, request: pb.RunCommandRequest, context: grpc.ServicerContext
     ) -> Iterator[pb.RunCommandEvent]:
         command = _command_request(request)
-        yield from _stream(context, lambda listener: self._runtime.run_command(command, listener))
+        yield from _stream(
+            context, request, lambda listener: self._runtime.run_command(command, listener)
+        )
 
     def Replay(
         self, request: pb.ReplayRequest, context: grpc.ServicerContext
@@ -94,14 +118,14 @@ class ShellwardServicer(pb_grpc.ShellwardServicer):
             )
 
         # Unknown ids and bad identities are gRPC errors, like GetCall's.
-        _unary(context, lambda: self._runtime.get_call(
+        _unary(context, request, lambda: self._runtime.get_call(
             request.call_id, request.run_id, request.step_id))  # fmt: skip
-        yield from _stream(context, replay)
+        yield from _stream(context, request, replay)
 
     def Recover(
         self, request: pb.RecoverRequest, context: grpc.ServicerContext
     ) -> pb.RecoverResponse:
-        items = _unary(context, lambda: self._runtime.recover(request.run_id))
+        items = _unary(context, request, lambda: self._runtime.recover(request.run_id))
         return pb.RecoverResponse(
             items=[
                 pb.RecoveryItem(
@@ -117,14 +141,16 @@ class ShellwardServicer(pb_grpc.ShellwardServicer):
         self, request: pb.WaitCallRequest, context: grpc.ServicerContext
     ) -> pb.CommandResult:
         result = _unary(
-            context, lambda: self._runtime.wait_call(request.call_id, request.timeout_seconds)
+            context,
+            request,
+            lambda: self._runtime.wait_call(request.call_id, request.timeout_seconds),
         )
         return _wire.result_to_wire(result)
 
     def ListApprovals(
         self, request: pb.ListApprovalsRequest, context: grpc.ServicerContext
     ) -> pb.ListCallsResponse:
-        entries = _unary(context, self._runtime.list_approvals)
+        entries = _unary(context, request, self._runtime.list_approvals)
         return pb.ListCallsResponse(
             calls=[_wire.entry_to_wire(e, omit_output=True) for e in entries]
         )
@@ -132,6 +158,7 @@ class ShellwardServicer(pb_grpc.ShellwardServicer):
     def Approve(self, request: pb.ApproveRequest, context: grpc.ServicerContext) -> pb.LedgerEntry:
         entry = _unary(
             context,
+            request,
             lambda: self._runtime.approve(request.call_id, request.approve, request.reason),
         )
         return _wire.entry_to_wire(entry)
@@ -139,7 +166,7 @@ class ShellwardServicer(pb_grpc.ShellwardServicer):
     def CallTool(self, request: pb.CallToolRequest, context: grpc.ServicerContext) -> pb.ToolResult:
         tool_request = ToolRequest(
             tool=request.tool,
-            arguments=_unary(context, lambda: _tool_arguments(request)),
+            arguments=_unary(context, request, lambda: _tool_arguments(request)),
             cwd=request.cwd,
             timeout_seconds=request.timeout_seconds,
             run_id=request.run_id,
@@ -172,12 +199,15 @@ class ShellwardServicer(pb_grpc.ShellwardServicer):
     def Classify(
         self, request: pb.ClassifyRequest, context: grpc.ServicerContext
     ) -> pb.ClassifyResponse:
-        verdict = _unary(context, lambda: self._runtime.classify(request.command, request.cwd))
+        verdict = _unary(
+            context, request, lambda: self._runtime.classify(request.command, request.cwd)
+        )
         return pb.ClassifyResponse(verdict=_wire.verdict_to_wire(verdict))
 
     def GetCall(self, request: pb.GetCallRequest, context: grpc.ServicerContext) -> pb.LedgerEntry:
         entry = _unary(
             context,
+            request,
             lambda: self._runtime.show_call(request.call_id, request.run_id, request.step_id),
         )
         return _wire.entry_to_wire(entry)
@@ -185,7 +215,9 @@ class ShellwardServicer(pb_grpc.ShellwardServicer):
     def ListCalls(
         self, request: pb.ListCallsRequest, context: grpc.ServicerContext
     ) -> pb.ListCallsResponse:
-        entries = _unary(context, lambda: self._runtime.list_calls(request.run_id, request.limit))
+        entries = _unary(
+            context, request, lambda: self._runtime.list_calls(request.run_id, request.limit)
+        )
         return pb.ListCallsResponse(
             calls=[_wire.entry_to_wire(e, omit_output=request.omit_output) for e in entries]
         )
@@ -213,7 +245,9 @@ class ShellwardServicer(pb_grpc.ShellwardServicer):
 
 
 def _stream(
-    context: grpc.ServicerContext, action: Callable[[_QueueListener], CommandResult]
+    context: grpc.ServicerContext,
+    request: Message,
+    action: Callable[[_QueueListener], CommandResult],
 ) -> Iterator[pb.RunCommandEvent]:
     """Run ``action`` on its own thread and stream its events; when the client goes away
     the call keeps running and is recorded, only the streaming stops."""
@@ -235,7 +269,7 @@ def _stream(
         if event is closed:
             return
         if isinstance(event, Exception):
-            _abort(context, ShellwardError(f"internal error: {event}; see the daemon log"))
+            _abort(context, request, ShellwardError(f"internal error: {event}; see the daemon log"))
         if isinstance(event, CommandResult):
             yield pb.RunCommandEvent(result=_wire.result_to_wire(event))
             return
@@ -259,17 +293,47 @@ class _QueueListener:
         self._events.put(chunk)
 
 
-def _unary(context: grpc.ServicerContext, action: Callable[[], Any]) -> Any:
+def _unary(context: grpc.ServicerContext, request: Message, action: Callable[[], Any]) -> Any:
     try:
         return action()
     except ShellwardError as exc:
-        _abort(context, exc)
+        _abort(context, request, exc)
 
 
-def _abort(context: grpc.ServicerContext, error: ShellwardError) -> None:
-    """End the RPC with ``error``: its gRPC status, its sentence, its domain code."""
-    context.set_trailing_metadata(((_wire.CODE_METADATA_KEY, error.code.value),))
-    context.abort(_STATUS.get(error.code, grpc.StatusCode.INTERNAL), error.message)
+@dataclass(frozen=True)
+class _Status(grpc.Status):  # type: ignore[misc]
+    code: grpc.StatusCode
+    details: str
+    trailing_metadata: tuple[tuple[str, str | bytes], ...]
+
+
+def error_status(error: ShellwardError, names: dict[str, str]) -> _Status:
+    """``error`` as a gRPC status: its code's status, its sentence, and the google.rpc.Status
+    details (an ErrorInfo) plus ``shellward-code`` in the trailing metadata."""
+    status = _STATUS.get(error.code, grpc.StatusCode.INTERNAL)
+    info = error_details_pb2.ErrorInfo(
+        reason=error.code.value,
+        domain=_wire.ERROR_DOMAIN,
+        metadata={"retryable": str(error.retryable).lower(), **names},
+    )
+    detail = status_pb2.Status(code=status.value[0], message=error.message)
+    detail.details.add().Pack(info)
+    encoded = rpc_status.to_status(detail)  # the reference encoding of the details trailer
+    return _Status(
+        encoded.code,
+        encoded.details,
+        ((_wire.CODE_METADATA_KEY, error.code.value), *encoded.trailing_metadata),
+    )
+
+
+def _abort(context: grpc.ServicerContext, request: Message, error: ShellwardError) -> None:
+    """End the RPC with ``error``, naming the call the request named."""
+    names = {
+        name: value
+        for name in ("call_id", "run_id", "step_id")
+        if isinstance(value := getattr(request, name, ""), str) and value
+    }
+    context.abort_with_status(error_status(error, names))
 
 
 def _tool_arguments(request: pb.CallToolRequest) -> dict[str, Any]:
@@ -334,11 +398,11 @@ class _TokenInterceptor(grpc.ServerInterceptor):
 
 def _deny_handler(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
     def deny(request: object, context: grpc.ServicerContext) -> None:
-        context.abort(
-            grpc.StatusCode.UNAUTHENTICATED,
+        error = Unauthenticated(
             "missing or wrong token: send 'authorization: Bearer <token>' metadata "
-            "(the daemon's --token / SHELLWARD_TOKEN)",
+            "(the daemon's --token / SHELLWARD_TOKEN)"
         )
+        context.abort_with_status(error_status(error, {}))
 
     kwargs = {
         "request_deserializer": handler.request_deserializer,

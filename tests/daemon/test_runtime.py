@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -56,7 +56,9 @@ class FakeSandbox:
                               NO_OUTPUT)  # fmt: skip
 
 
-def writes(command: str, cwd: str | None, workspace: str | None) -> Verdict:
+def writes(
+    command: str, cwd: str | None, workspace: str | None, env: Mapping[str, str] | None = None
+) -> Verdict:
     return Verdict(Idempotency.NON_IDEMPOTENT, ReplayPolicy.NEVER, "it writes (test verdict)")
 
 
@@ -218,7 +220,9 @@ def test_work_that_raises_ends_uncertain_and_frees_the_workspace(
 def test_a_late_denial_never_overwrites_a_call_that_ran(
     setup: Setup, monitor: WorkspaceMonitor, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def needs_approval(command: str, cwd: str | None, workspace: str | None) -> Verdict:
+    def needs_approval(
+        command: str, cwd: str | None, workspace: str | None, env: object = None
+    ) -> Verdict:
         return replace(writes(command, cwd, workspace), needs_approval=True)
 
     runtime = setup.runtime(monitor, needs_approval)

@@ -26,7 +26,38 @@ if _version_not_supported:
 
 
 class ShellwardStub:
-    """Missing associated documentation comment in .proto file."""
+    """Errors. One rule: a call's outcome is answered in-band, everything else by status.
+    - In-band: RunCommand, Replay (once its call is found) and CallTool answer every outcome
+    of the call, including bad input, as a CommandResult / ToolResult with ok=false and a
+    `code` (below); the RPC itself ends OK.
+    - By status: every other RPC, and Replay for an unknown call, fails with a gRPC status.
+    Its trailing metadata carries `grpc-status-details-bin`, a google.rpc.Status whose
+    details hold one google.rpc.ErrorInfo: domain "shellward", reason = the code (below),
+    metadata "retryable" ("true"/"false") and "call_id" / "run_id" / "step_id" when the
+    request named a call. The same code is also sent as trailing metadata `shellward-code`.
+
+    Codes (the closed list; `code` strings and ErrorInfo reasons), with the gRPC status an
+    error of that code gets:
+    OK                        the call succeeded (in-band only)
+    COMMAND_FAILED            it ran and exited non-zero (in-band only)            UNKNOWN
+    TIMEOUT                   killed at its time limit                             DEADLINE_EXCEEDED
+    SIDE_EFFECT_UNCERTAIN     it may have run: check its effects before retrying   FAILED_PRECONDITION
+    CONFLICT                  the workspace is neither before nor after the call   FAILED_PRECONDITION
+    SANDBOX_ERROR             the sandbox could not run it                         FAILED_PRECONDITION
+    ALREADY_APPLIED           its recorded effects are already in the workspace    ALREADY_EXISTS
+    IDEMPOTENCY_KEY_MISMATCH  the same (run_id, step_id) with a different input    ALREADY_EXISTS
+    NEEDS_APPROVAL            waits for a human (ListApprovals / Approve)          PERMISSION_DENIED
+    PERMISSION_DENIED         outside the workspaces, or refused by policy         PERMISSION_DENIED
+    IN_PROGRESS               the same call is still running: WaitCall, retryable  ABORTED
+    INVALID_ARGUMENT          bad input, nothing ran: fix the request              INVALID_ARGUMENT
+    NOT_FOUND                 no such call (or file)                               NOT_FOUND
+    RECORD_EXPIRED            the record is older than the daemon's retention      NOT_FOUND
+    INTERRUPTED               the call was cancelled or the daemon stopped         CANCELLED
+    UNAVAILABLE               busy right now (ledger locked, shutting down): retry UNAVAILABLE
+    UNAUTHENTICATED           TCP without `authorization: Bearer <token>`          UNAUTHENTICATED
+    INTERNAL                  a daemon bug: see its log                            INTERNAL
+    CONFLICT and SANDBOX_ERROR share a status: read the ErrorInfo reason, not the status.
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -107,7 +138,38 @@ class ShellwardStub:
 
 
 class ShellwardServicer:
-    """Missing associated documentation comment in .proto file."""
+    """Errors. One rule: a call's outcome is answered in-band, everything else by status.
+    - In-band: RunCommand, Replay (once its call is found) and CallTool answer every outcome
+    of the call, including bad input, as a CommandResult / ToolResult with ok=false and a
+    `code` (below); the RPC itself ends OK.
+    - By status: every other RPC, and Replay for an unknown call, fails with a gRPC status.
+    Its trailing metadata carries `grpc-status-details-bin`, a google.rpc.Status whose
+    details hold one google.rpc.ErrorInfo: domain "shellward", reason = the code (below),
+    metadata "retryable" ("true"/"false") and "call_id" / "run_id" / "step_id" when the
+    request named a call. The same code is also sent as trailing metadata `shellward-code`.
+
+    Codes (the closed list; `code` strings and ErrorInfo reasons), with the gRPC status an
+    error of that code gets:
+    OK                        the call succeeded (in-band only)
+    COMMAND_FAILED            it ran and exited non-zero (in-band only)            UNKNOWN
+    TIMEOUT                   killed at its time limit                             DEADLINE_EXCEEDED
+    SIDE_EFFECT_UNCERTAIN     it may have run: check its effects before retrying   FAILED_PRECONDITION
+    CONFLICT                  the workspace is neither before nor after the call   FAILED_PRECONDITION
+    SANDBOX_ERROR             the sandbox could not run it                         FAILED_PRECONDITION
+    ALREADY_APPLIED           its recorded effects are already in the workspace    ALREADY_EXISTS
+    IDEMPOTENCY_KEY_MISMATCH  the same (run_id, step_id) with a different input    ALREADY_EXISTS
+    NEEDS_APPROVAL            waits for a human (ListApprovals / Approve)          PERMISSION_DENIED
+    PERMISSION_DENIED         outside the workspaces, or refused by policy         PERMISSION_DENIED
+    IN_PROGRESS               the same call is still running: WaitCall, retryable  ABORTED
+    INVALID_ARGUMENT          bad input, nothing ran: fix the request              INVALID_ARGUMENT
+    NOT_FOUND                 no such call (or file)                               NOT_FOUND
+    RECORD_EXPIRED            the record is older than the daemon's retention      NOT_FOUND
+    INTERRUPTED               the call was cancelled or the daemon stopped         CANCELLED
+    UNAVAILABLE               busy right now (ledger locked, shutting down): retry UNAVAILABLE
+    UNAUTHENTICATED           TCP without `authorization: Bearer <token>`          UNAUTHENTICATED
+    INTERNAL                  a daemon bug: see its log                            INTERNAL
+    CONFLICT and SANDBOX_ERROR share a status: read the ErrorInfo reason, not the status.
+    """
 
     def RunCommand(self, request, context):
         """Runs one shell command in the sandbox. Streams output chunks as they come,
@@ -293,7 +355,38 @@ def add_ShellwardServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class Shellward:
-    """Missing associated documentation comment in .proto file."""
+    """Errors. One rule: a call's outcome is answered in-band, everything else by status.
+    - In-band: RunCommand, Replay (once its call is found) and CallTool answer every outcome
+    of the call, including bad input, as a CommandResult / ToolResult with ok=false and a
+    `code` (below); the RPC itself ends OK.
+    - By status: every other RPC, and Replay for an unknown call, fails with a gRPC status.
+    Its trailing metadata carries `grpc-status-details-bin`, a google.rpc.Status whose
+    details hold one google.rpc.ErrorInfo: domain "shellward", reason = the code (below),
+    metadata "retryable" ("true"/"false") and "call_id" / "run_id" / "step_id" when the
+    request named a call. The same code is also sent as trailing metadata `shellward-code`.
+
+    Codes (the closed list; `code` strings and ErrorInfo reasons), with the gRPC status an
+    error of that code gets:
+    OK                        the call succeeded (in-band only)
+    COMMAND_FAILED            it ran and exited non-zero (in-band only)            UNKNOWN
+    TIMEOUT                   killed at its time limit                             DEADLINE_EXCEEDED
+    SIDE_EFFECT_UNCERTAIN     it may have run: check its effects before retrying   FAILED_PRECONDITION
+    CONFLICT                  the workspace is neither before nor after the call   FAILED_PRECONDITION
+    SANDBOX_ERROR             the sandbox could not run it                         FAILED_PRECONDITION
+    ALREADY_APPLIED           its recorded effects are already in the workspace    ALREADY_EXISTS
+    IDEMPOTENCY_KEY_MISMATCH  the same (run_id, step_id) with a different input    ALREADY_EXISTS
+    NEEDS_APPROVAL            waits for a human (ListApprovals / Approve)          PERMISSION_DENIED
+    PERMISSION_DENIED         outside the workspaces, or refused by policy         PERMISSION_DENIED
+    IN_PROGRESS               the same call is still running: WaitCall, retryable  ABORTED
+    INVALID_ARGUMENT          bad input, nothing ran: fix the request              INVALID_ARGUMENT
+    NOT_FOUND                 no such call (or file)                               NOT_FOUND
+    RECORD_EXPIRED            the record is older than the daemon's retention      NOT_FOUND
+    INTERRUPTED               the call was cancelled or the daemon stopped         CANCELLED
+    UNAVAILABLE               busy right now (ledger locked, shutting down): retry UNAVAILABLE
+    UNAUTHENTICATED           TCP without `authorization: Bearer <token>`          UNAUTHENTICATED
+    INTERNAL                  a daemon bug: see its log                            INTERNAL
+    CONFLICT and SANDBOX_ERROR share a status: read the ErrorInfo reason, not the status.
+    """
 
     @staticmethod
     def RunCommand(request,
