@@ -106,7 +106,8 @@ class Client(BaseClient):
         """Run a command and yield a CallAccepted, its OutputChunks, then the CommandResult.
 
         ``timeout`` bounds the command (the daemon kills it); ``rpc_timeout`` bounds this
-        call only: when it passes the command keeps running and is recorded.
+        call only: when it passes (or the stream is closed) the daemon cancels the command,
+        which ends as a killed call does (uncertain if it may have written).
         """
         return self._events(calls.run_command(
             command, cwd=cwd, run_id=run_id, step_id=step_id, timeout=timeout, env=env,
@@ -180,6 +181,11 @@ class Client(BaseClient):
     def approve(self, call_id: str, *, reason: str = "") -> LedgerEntry:
         """Approve a pending call: it starts at once (follow it with ``wait_call``)."""
         return self._send(calls.answer(call_id, approve=True, reason=reason))
+
+    def cancel(self, call_id: str, *, reason: str = "") -> LedgerEntry:
+        """Kill a running call; returns its entry once recorded (a call that may have
+        written ends uncertain). A stream the client abandons cancels its call too."""
+        return self._send(calls.cancel(call_id, reason))
 
     def deny(self, call_id: str, *, reason: str = "") -> LedgerEntry:
         """Deny a pending call: it never runs."""

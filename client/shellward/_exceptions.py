@@ -6,8 +6,8 @@
     ├── InvalidRequest         the daemon refused the input (empty command, bad cwd, …)
     ├── PermissionDenied       outside the daemon's workspaces
     ├── NotFound               unknown call id
-    ├── DeadlineExceeded       the RPC deadline passed (a command keeps running: find it
-    │                          again with get_call)
+    ├── DeadlineExceeded       the RPC deadline passed (a streamed command is cancelled:
+    │                          get_call says how it ended)
     └── ProtocolError          anything else the daemon answered
 
 Every exception the daemon raised carries its domain ``code`` (``shellward.Code``, e.g.
@@ -100,7 +100,8 @@ def translate(exc: grpc.RpcError, target: str) -> ShellwardError:
         )
     elif kind is DeadlineExceeded:
         details = (
-            f"the daemon did not answer in time ({details}). A command may still be running: "
-            "find it with `shellward ledger` or get_call(run_id=..., step_id=...)."
+            f"the daemon did not answer in time ({details}). A command streamed by this call "
+            "was cancelled and may have partly run: see how it ended with `shellward ledger` "
+            "or get_call(run_id=..., step_id=...)."
         )
     return kind(details, status=code.name, code=domain, details=sent.metadata if sent else None)

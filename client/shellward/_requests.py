@@ -207,6 +207,11 @@ def answer(call_id: str, *, approve: bool, reason: str) -> Rpc[LedgerEntry]:
     return Rpc("Approve", request, _wire.entry_from_wire)
 
 
+def cancel(call_id: str, reason: str) -> Rpc[LedgerEntry]:
+    request = pb.CancelCallRequest(call_id=call_id, reason=reason)
+    return Rpc("CancelCall", request, _wire.entry_from_wire)
+
+
 def list_tools() -> Rpc[list[ToolInfo]]:
     return Rpc(
         "ListTools",

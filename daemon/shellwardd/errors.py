@@ -4,6 +4,7 @@
     ├── InvalidArgument        bad input: nothing ran, fix the request
     ├── PermissionDenied       outside the allowed workspaces, or refused by policy
     ├── Unauthenticated        a TCP request without the daemon's token
+    ├── Interrupted            cancelled before it started: nothing ran
     ├── NotFound               unknown call id, or no such file
     ├── Conflict               a file is not at the hash the caller based its edit on
     ├── SandboxUnavailable     bwrap missing or unusable
@@ -45,6 +46,10 @@ class PermissionDenied(ShellwardError):
 
 class Unauthenticated(ShellwardError):
     code = Code.UNAUTHENTICATED
+
+
+class Interrupted(ShellwardError):
+    code = Code.INTERRUPTED
 
 
 class NotFound(ShellwardError):

@@ -67,6 +67,11 @@ log = logging.getLogger("shellwardd.runtime")
 MAX_WAIT_SECONDS = 600.0
 
 
+# How long CancelCall waits for the killed call to be recorded (a kill takes milliseconds;
+# the write detector's barrier after it, a little more).
+CANCEL_WAIT_SECONDS = 30.0
+
+
 class Runtime:
     def __init__(
         self,
@@ -205,6 +210,25 @@ class Runtime:
                 self._tracker.changed.wait(min(remaining, 1.0))
                 entry = self.get_call(call_id)
         return result_from_entry(entry)
+
+    def cancel(self, call_id: str, why: str) -> LedgerEntry:
+        """Kill a running call; it ends as the replay table says of a killed call (a call
+        that may have written is uncertain). Returns its entry once recorded."""
+        if not call_id:
+            raise InvalidArgument("give the call_id of the running call to cancel")
+        entry = self.get_call(call_id)
+        if entry.status.is_final:
+            raise InvalidArgument(
+                f"call {call_id} is already {entry.status.value}; there is nothing to cancel"
+            )
+        if entry.status is CallStatus.PENDING_APPROVAL:
+            raise InvalidArgument(
+                f"call {call_id} has not started: it waits for approval; deny it instead "
+                "(Approve with approve=false)"
+            )
+        self._tracker.cancel(call_id, why)
+        self.wait_call(call_id, CANCEL_WAIT_SECONDS)
+        return self.get_call(call_id)
 
     def recover(self, run_id: str) -> list[RecoveryItem]:
         """Every step of ``run_id`` that did not end cleanly, with its action and why."""

@@ -106,7 +106,10 @@ class ShellwardServicer(pb_grpc.ShellwardServicer):
     ) -> Iterator[pb.RunCommandEvent]:
         command = _command_request(request)
         yield from _stream(
-            context, request, lambda listener: self._runtime.run_command(command, listener)
+            context,
+            request,
+            lambda listener: self._runtime.run_command(command, listener),
+            self._abandoned(context),
         )
 
     def Replay(
@@ -120,7 +123,7 @@ class ShellwardServicer(pb_grpc.ShellwardServicer):
         # Unknown ids and bad identities are gRPC errors, like GetCall's.
         _unary(context, request, lambda: self._runtime.get_call(
             request.call_id, request.run_id, request.step_id))  # fmt: skip
-        yield from _stream(context, request, replay)
+        yield from _stream(context, request, replay, self._abandoned(context))
 
     def Recover(
         self, request: pb.RecoverRequest, context: grpc.ServicerContext
@@ -162,6 +165,29 @@ class ShellwardServicer(pb_grpc.ShellwardServicer):
             lambda: self._runtime.approve(request.call_id, request.approve, request.reason),
         )
         return _wire.entry_to_wire(entry)
+
+    def CancelCall(
+        self, request: pb.CancelCallRequest, context: grpc.ServicerContext
+    ) -> pb.LedgerEntry:
+        why = f"cancelled by {context.peer()} with CancelCall" + (
+            f": {request.reason}" if request.reason else ""
+        )
+        entry = _unary(context, request, lambda: self._runtime.cancel(request.call_id, why))
+        return _wire.entry_to_wire(entry)
+
+    def _abandoned(self, context: grpc.ServicerContext) -> Callable[[str], None]:
+        """Cancels a streamed call whose client went away, on a thread of its own (the
+        callback must not block gRPC)."""
+        why = f"its client {context.peer()} went away (a deadline or a cancelled stream)"
+
+        def cancel(call_id: str) -> None:
+            def work() -> None:
+                with contextlib.suppress(ShellwardError):  # already final, or waits for a human
+                    self._runtime.cancel(call_id, why)
+
+            threading.Thread(target=work, name="cancel", daemon=True).start()
+
+        return cancel
 
     def CallTool(self, request: pb.CallToolRequest, context: grpc.ServicerContext) -> pb.ToolResult:
         tool_request = ToolRequest(
@@ -248,13 +274,19 @@ def _stream(
     context: grpc.ServicerContext,
     request: Message,
     action: Callable[[_QueueListener], CommandResult],
+    abandon: Callable[[str], None],
 ) -> Iterator[pb.RunCommandEvent]:
-    """Run ``action`` on its own thread and stream its events; when the client goes away
-    the call keeps running and is recorded, only the streaming stops."""
+    """Run ``action`` on its own thread and stream its events. When the client goes away
+    before the result (its deadline, a cancelled stream), ``abandon`` gets the call's id."""
     events: queue.Queue[object] = queue.Queue()
     closed = object()
-    context.add_callback(lambda: events.put(closed))
-    listener = _QueueListener(events)
+    listener = _QueueListener(events, abandon)
+
+    def gone() -> None:  # runs when the RPC ends, however it ends
+        events.put(closed)
+        listener.abandon()
+
+    context.add_callback(gone)
 
     def work() -> None:
         try:
@@ -271,6 +303,7 @@ def _stream(
         if isinstance(event, Exception):
             _abort(context, request, ShellwardError(f"internal error: {event}; see the daemon log"))
         if isinstance(event, CommandResult):
+            listener.answered()
             yield pb.RunCommandEvent(result=_wire.result_to_wire(event))
             return
         if isinstance(event, OutputChunk):
@@ -283,11 +316,35 @@ def _stream(
 
 
 class _QueueListener:
-    def __init__(self, events: queue.Queue[object]) -> None:
+    """Queues a call's events for its stream, and hands the call to ``abandon`` if the
+    stream ends before the result (whichever of accepted and abandon comes first)."""
+
+    def __init__(self, events: queue.Queue[object], abandon: Callable[[str], None]) -> None:
         self._events = events
+        self._abandon = abandon
+        self._lock = threading.Lock()
+        self._call_id = ""
+        self._gone = False
+        self._answered = False
 
     def accepted(self, call_id: str, verdict: Verdict) -> None:
+        with self._lock:
+            self._call_id = call_id
+            gone = self._gone and not self._answered
         self._events.put((call_id, verdict))
+        if gone:
+            self._abandon(call_id)
+
+    def answered(self) -> None:
+        with self._lock:
+            self._answered = True
+
+    def abandon(self) -> None:
+        with self._lock:
+            self._gone = True
+            call_id = "" if self._answered else self._call_id
+        if call_id:
+            self._abandon(call_id)
 
     def output(self, chunk: OutputChunk) -> None:
         self._events.put(chunk)

@@ -556,6 +556,14 @@ class ApproveRequest(_message.Message):
     reason: str
     def __init__(self, call_id: _Optional[str] = ..., approve: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
 
+class CancelCallRequest(_message.Message):
+    __slots__ = ("call_id", "reason")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    call_id: str
+    reason: str
+    def __init__(self, call_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
 class CallToolRequest(_message.Message):
     __slots__ = ("tool", "arguments", "run_id", "step_id", "cwd", "timeout_seconds", "user", "arguments_json")
     TOOL_FIELD_NUMBER: _ClassVar[int]

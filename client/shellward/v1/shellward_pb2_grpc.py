@@ -120,6 +120,11 @@ class ShellwardStub:
                 request_serializer=shellward_dot_v1_dot_shellward__pb2.ApproveRequest.SerializeToString,
                 response_deserializer=shellward_dot_v1_dot_shellward__pb2.LedgerEntry.FromString,
                 _registered_method=True)
+        self.CancelCall = channel.unary_unary(
+                '/shellward.v1.Shellward/CancelCall',
+                request_serializer=shellward_dot_v1_dot_shellward__pb2.CancelCallRequest.SerializeToString,
+                response_deserializer=shellward_dot_v1_dot_shellward__pb2.LedgerEntry.FromString,
+                _registered_method=True)
         self.CallTool = channel.unary_unary(
                 '/shellward.v1.Shellward/CallTool',
                 request_serializer=shellward_dot_v1_dot_shellward__pb2.CallToolRequest.SerializeToString,
@@ -251,6 +256,18 @@ class ShellwardServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CancelCall(self, request, context):
+        """Kills a running call (or one about to start) and returns its entry once recorded. It
+        ends as the replay table says of a killed call: one that may have written is
+        uncertain (SIDE_EFFECT_UNCERTAIN), one that only reads INTERRUPTED; one that had not
+        started ends failed, nothing ran. Its note says who cancelled it. A client that goes
+        away from a RunCommand or Replay stream (its deadline, a cancelled stream) cancels the
+        call the same way, unless the call already waits for a human.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def CallTool(self, request, context):
         """Built-in file tools (read_file, list_files, write_file, apply_patch) and tools
         of configured MCP servers, ledgered like commands.
@@ -329,6 +346,11 @@ def add_ShellwardServicer_to_server(servicer, server):
             'Approve': grpc.unary_unary_rpc_method_handler(
                     servicer.Approve,
                     request_deserializer=shellward_dot_v1_dot_shellward__pb2.ApproveRequest.FromString,
+                    response_serializer=shellward_dot_v1_dot_shellward__pb2.LedgerEntry.SerializeToString,
+            ),
+            'CancelCall': grpc.unary_unary_rpc_method_handler(
+                    servicer.CancelCall,
+                    request_deserializer=shellward_dot_v1_dot_shellward__pb2.CancelCallRequest.FromString,
                     response_serializer=shellward_dot_v1_dot_shellward__pb2.LedgerEntry.SerializeToString,
             ),
             'CallTool': grpc.unary_unary_rpc_method_handler(
@@ -674,6 +696,33 @@ class Shellward:
             target,
             '/shellward.v1.Shellward/Approve',
             shellward_dot_v1_dot_shellward__pb2.ApproveRequest.SerializeToString,
+            shellward_dot_v1_dot_shellward__pb2.LedgerEntry.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CancelCall(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shellward.v1.Shellward/CancelCall',
+            shellward_dot_v1_dot_shellward__pb2.CancelCallRequest.SerializeToString,
             shellward_dot_v1_dot_shellward__pb2.LedgerEntry.FromString,
             options,
             channel_credentials,
