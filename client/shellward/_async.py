@@ -16,6 +16,7 @@ import grpc
 import grpc.aio
 
 from shellward import _requests as calls
+from shellward import _wire
 from shellward._base import BaseClient
 from shellward._exceptions import translate
 from shellward._requests import PathLike, StreamEvent
@@ -38,7 +39,7 @@ class AsyncClient(BaseClient):
     """``async with AsyncClient() as client: await client.run_command("ls")``."""
 
     def _open_channel(self, target: str) -> grpc.aio.Channel:
-        return grpc.aio.insecure_channel(target)
+        return grpc.aio.insecure_channel(target, options=_wire.channel_options())
 
     async def close(self) -> None:
         await self._channel.close()
@@ -245,12 +246,20 @@ class AsyncClient(BaseClient):
         return await self._send(calls.get_call(call_id, run_id=run_id, step_id=step_id))
 
     async def list_calls(
-        self, *, run_id: str = "", limit: int = 50, omit_output: bool = False
+        self, *, run_id: str = "", limit: int = 50, include_output: bool = False
     ) -> list[LedgerEntry]:
-        """Recent ledger entries, newest first."""
-        return await self._send(
-            calls.list_calls(run_id=run_id, limit=limit, omit_output=omit_output)
-        )
+        """Up to ``limit`` recent ledger entries, newest first, paged through. Captured
+        output only with ``include_output`` (else ``get_call`` fetches it)."""
+        entries: list[LedgerEntry] = []
+        token = ""
+        while True:
+            page, token = await self._send(calls.list_calls(
+                run_id=run_id, limit=limit - len(entries), include_output=include_output,
+                page_token=token,
+            ))  # fmt: skip
+            entries.extend(page)
+            if not token or len(entries) >= limit:
+                return entries
 
     async def status(self) -> DaemonStatus:
         """The daemon's state and configuration."""

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import grpc
 
 from shellward import _requests as calls
+from shellward import _wire
 from shellward._base import BaseClient
 from shellward._exceptions import translate
 from shellward._requests import PathLike, StreamEvent
@@ -40,7 +41,7 @@ class Client(BaseClient):
     """
 
     def _open_channel(self, target: str) -> grpc.Channel:
-        return grpc.insecure_channel(target)
+        return grpc.insecure_channel(target, options=_wire.channel_options())
 
     def close(self) -> None:
         self._channel.close()
@@ -241,10 +242,20 @@ class Client(BaseClient):
         return self._send(calls.get_call(call_id, run_id=run_id, step_id=step_id))
 
     def list_calls(
-        self, *, run_id: str = "", limit: int = 50, omit_output: bool = False
+        self, *, run_id: str = "", limit: int = 50, include_output: bool = False
     ) -> list[LedgerEntry]:
-        """Recent ledger entries, newest first."""
-        return self._send(calls.list_calls(run_id=run_id, limit=limit, omit_output=omit_output))
+        """Up to ``limit`` recent ledger entries, newest first, paged through. Captured
+        output only with ``include_output`` (else ``get_call`` fetches it)."""
+        entries: list[LedgerEntry] = []
+        token = ""
+        while True:
+            page, token = self._send(calls.list_calls(
+                run_id=run_id, limit=limit - len(entries), include_output=include_output,
+                page_token=token,
+            ))  # fmt: skip
+            entries.extend(page)
+            if not token or len(entries) >= limit:
+                return entries
 
     def status(self) -> DaemonStatus:
         """The daemon's state and configuration."""

@@ -25,6 +25,20 @@ CODE_METADATA_KEY = "shellward-code"
 STATUS_DETAILS_KEY = "grpc-status-details-bin"
 ERROR_DOMAIN = "shellward"
 
+# The largest message either side sends or accepts. gRPC's default, 4 MiB, is less than one
+# GetCall of a call whose output hit a raised --output-cap (stdout and stderr each up to the
+# cap); listings stay below 4 MiB by paging, so clients that keep the default still work.
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+
+def channel_options() -> list[tuple[str, int]]:
+    """The options of the daemon's servers and the client's channels."""
+    return [
+        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ]
+
+
 # Enum tables: one place maps each domain enum to its wire enum and back.
 _IDEMPOTENCY: dict[t.Idempotency, Any] = {
     t.Idempotency.IDEMPOTENT: pb.IDEMPOTENCY_IDEMPOTENT,
@@ -213,6 +227,7 @@ def entry_to_wire(entry: t.LedgerEntry, *, omit_output: bool = False) -> pb.Ledg
         content=entry.content,
         stdout=output_to_wire(empty if omit_output else entry.stdout),
         stderr=output_to_wire(empty if omit_output else entry.stderr),
+        output_omitted=omit_output,
         timeout_seconds=entry.timeout_seconds,
         created_at=_timestamp(entry.created_at),
         started_at=_timestamp(entry.started_at),
@@ -222,7 +237,7 @@ def entry_to_wire(entry: t.LedgerEntry, *, omit_output: bool = False) -> pb.Ledg
         note=entry.note,
         input_json=entry.input_json,
         effects_recorded=entry.effects_recorded,
-        output_json=entry.output_json,
+        output_json="" if omit_output else entry.output_json,
         transitions=[
             pb.Transition(at=_timestamp(step.at), status=_STATUS[step.status], detail=step.detail)
             for step in entry.transitions
@@ -406,6 +421,7 @@ def entry_from_wire(message: pb.LedgerEntry) -> t.LedgerEntry:
             )
             for step in message.transitions
         ),
+        output_omitted=message.output_omitted,
     )
 
 

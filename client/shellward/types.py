@@ -222,6 +222,8 @@ class LedgerEntry:
     output_json: str = ""
     # The call's history, oldest first (only GetCall / `shellward show` fill it).
     transitions: tuple[Transition, ...] = ()
+    # True when a listing left stdout, stderr and output_json out: get_call has them.
+    output_omitted: bool = False
 
 
 @dataclass(frozen=True)

@@ -158,8 +158,11 @@ class Runtime:
         entry = self.get_call(call_id, run_id, step_id)
         return replace(entry, transitions=tuple(self._ledger.transitions(entry.call_id)))
 
-    def list_calls(self, run_id: str = "", limit: int = 50) -> list[LedgerEntry]:
-        return self._ledger.list(run_id=run_id, limit=max(1, min(limit or 50, 1000)))
+    def list_calls(
+        self, run_id: str = "", limit: int = 50, before: tuple[float, str] | None = None
+    ) -> list[LedgerEntry]:
+        """Newest first, at most ``limit``; ``before``: the page after that call."""
+        return self._ledger.list(run_id=run_id, limit=limit, before=before)
 
     def tools(self) -> tuple[ToolInfo, ...]:
         return tuple(

@@ -21,6 +21,7 @@ trusted (mode 0600); a TCP listener, when asked for, requires a bearer token.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hmac
 import json
@@ -59,6 +60,11 @@ log = logging.getLogger("shellwardd.server")
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Shellward"].full_name
 MAX_WORKERS = 64
+# ListCalls pages: the default and largest page size, and the byte size a page stops short
+# of, below the 4 MiB every gRPC client accepts by default, whatever its language.
+DEFAULT_PAGE_SIZE = 50
+MAX_PAGE_SIZE = 1000
+PAGE_BYTES = 3 * 1024 * 1024
 
 # The one table from domain codes to gRPC status codes, for errors answered by status (the
 # in-band results of RunCommand, Replay and CallTool carry the code itself). Codes that share
@@ -241,12 +247,22 @@ class ShellwardServicer(pb_grpc.ShellwardServicer):
     def ListCalls(
         self, request: pb.ListCallsRequest, context: grpc.ServicerContext
     ) -> pb.ListCallsResponse:
+        size = max(1, min(request.limit or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE))
+        before = _unary(context, request, lambda: _page_start(request.page_token))
+        # One more than the page: whether another page follows.
         entries = _unary(
-            context, request, lambda: self._runtime.list_calls(request.run_id, request.limit)
+            context, request, lambda: self._runtime.list_calls(request.run_id, size + 1, before)
         )
-        return pb.ListCallsResponse(
-            calls=[_wire.entry_to_wire(e, omit_output=request.omit_output) for e in entries]
-        )
+        page = pb.ListCallsResponse()
+        for entry in entries[:size]:
+            wire = _wire.entry_to_wire(entry, omit_output=not request.include_output)
+            if page.calls and page.ByteSize() + wire.ByteSize() > PAGE_BYTES:
+                break
+            page.calls.append(wire)
+        if len(page.calls) < len(entries):
+            last = entries[len(page.calls) - 1]
+            page.next_page_token = _page_token(last.created_at, last.call_id)
+        return page
 
     def GetStatus(
         self, request: pb.GetStatusRequest, context: grpc.ServicerContext
@@ -393,6 +409,24 @@ def _abort(context: grpc.ServicerContext, request: Message, error: ShellwardErro
     context.abort_with_status(error_status(error, names))
 
 
+def _page_token(created_at: float, call_id: str) -> str:
+    """Where the next page starts: after this call. Opaque to clients."""
+    return base64.urlsafe_b64encode(f"{created_at!r} {call_id}".encode()).decode()
+
+
+def _page_start(token: str) -> tuple[float, str] | None:
+    if not token:
+        return None
+    try:
+        created_at, call_id = base64.urlsafe_b64decode(token).decode().split(" ", 1)
+        return float(created_at), call_id
+    except ValueError:
+        raise InvalidArgument(
+            "page_token is not one this daemon gave: pass a next_page_token back unchanged, "
+            "or leave it empty for the first page"
+        ) from None
+
+
 def _tool_arguments(request: pb.CallToolRequest) -> dict[str, Any]:
     """The tool's arguments: the JSON text as sent, or an older client's Struct."""
     if not request.arguments_json:
@@ -505,6 +539,7 @@ class Listeners:
         server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=MAX_WORKERS, thread_name_prefix="rpc"),
             interceptors=interceptors,
+            options=_wire.channel_options(),
         )
         pb_grpc.add_ShellwardServicer_to_server(servicer, server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)

@@ -168,7 +168,7 @@ def find_call(client: Client, call_id: str) -> LedgerEntry:
     try:
         return client.get_call(call_id)
     except NotFound as missing:
-        recent = client.list_calls(limit=PREFIX_SEARCH_LIMIT, omit_output=True)
+        recent = client.list_calls(limit=PREFIX_SEARCH_LIMIT)
         matches = [entry.call_id for entry in recent if entry.call_id.startswith(call_id)]
         if len(matches) == 1:
             return client.get_call(matches[0])

@@ -33,7 +33,7 @@ examples:
 def cmd_ledger(args: argparse.Namespace) -> int:
     with connect(args) as client:
         entries = client.list_calls(
-            run_id=args.run or "", limit=args.limit, omit_output=not args.json
+            run_id=args.run or "", limit=args.limit, include_output=args.json
         )
         actions = (
             {item.call.call_id: item.action for item in client.recover(args.run)}

@@ -200,7 +200,10 @@ class ShellwardServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListCalls(self, request, context):
-        """Recent ledger entries, newest first.
+        """Recent ledger entries, newest first, a page at a time: pass next_page_token back as
+        page_token until it is empty. Captured output is left out unless include_output is set
+        (GetCall fetches one call's output); a page also ends early rather than grow past
+        3 MiB, so every page fits the 4 MiB a gRPC client accepts by default.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
