@@ -254,12 +254,14 @@ class Runtime:
 
     def run_command(self, request: CommandRequest, listener: CallListener) -> CommandResult:
         """Run one command (or answer from the ledger). Never raises for bad input."""
+        request = replace(request, cwd=requests.canonical_cwd(self._config, request.cwd))
         return self._call(self._commands, request, self._commands.input_hash(request), listener)
 
     def call_tool(self, request: ToolRequest) -> CommandResult:
         """Call a built-in or business tool (or answer from the ledger). Never raises for
         bad input."""
         kind = self._kind(request.tool)
+        request = replace(request, cwd=requests.canonical_cwd(self._config, request.cwd))
         return self._call(kind, request, kind.input_hash(request), Silent())
 
     def _call(

@@ -42,7 +42,7 @@ from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 from google.rpc import error_details_pb2, status_pb2
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection, reflection_pb2
 from grpc_status import rpc_status
 
 from shellward import _wire
@@ -51,7 +51,7 @@ from shellward.v1 import shellward_pb2 as pb
 from shellward.v1 import shellward_pb2_grpc as pb_grpc
 from shellwardd.classifier import LiveRules
 from shellwardd.config import Config, Limits
-from shellwardd.errors import InvalidArgument, ShellwardError, Unauthenticated
+from shellwardd.errors import InvalidArgument, ShellwardError, Unauthenticated, Unavailable
 from shellwardd.requests import CommandRequest, ToolRequest
 from shellwardd.rulecheck import check_rule_files
 from shellwardd.runtime import Runtime
@@ -59,7 +59,13 @@ from shellwardd.runtime import Runtime
 log = logging.getLogger("shellwardd.server")
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Shellward"].full_name
-MAX_WORKERS = 64
+# Every RPC holds a thread of the server's pool while it runs, a RunCommand for its whole
+# command. Long RPCs (LONG_METHODS) may hold at most LONG_SLOTS of them, so that at least
+# MAX_WORKERS - LONG_SLOTS threads are always left for the short ones (GetStatus, Classify,
+# ListApprovals, health): a full daemon refuses a new long call, it never stops answering.
+MAX_WORKERS = 128
+LONG_SLOTS = 112
+LONG_METHODS = frozenset({"RunCommand", "Replay", "WaitCall", "CallTool", "CancelCall"})
 # ListCalls pages: the default and largest page size, and the byte size a page stops short
 # of, below the 4 MiB every gRPC client accepts by default, whatever its language.
 DEFAULT_PAGE_SIZE = 50
@@ -404,7 +410,9 @@ def _abort(context: grpc.ServicerContext, request: Message, error: ShellwardErro
     names = {
         name: value
         for name in ("call_id", "run_id", "step_id")
-        if isinstance(value := getattr(request, name, ""), str) and value
+        # An id over its limit is what is being refused: not echoed back.
+        if isinstance(value := getattr(request, name, ""), str)
+        and 0 < len(value) <= DEFAULT_STRING_BYTES
     }
     context.abort_with_status(error_status(error, names))
 
@@ -466,6 +474,168 @@ def _command_request(request: pb.RunCommandRequest) -> CommandRequest:
     )
 
 
+# Size limits of string fields, in UTF-8 bytes, by field name (a map's limit is its
+# values'; its keys get the default). None: checked where the field is used (the command,
+# in-band with its own advice) or bounded by the message size (a tool's arguments).
+DEFAULT_STRING_BYTES = 1024
+_STRING_BYTES: dict[str, int | None] = {
+    "command": None,
+    "arguments_json": None,
+    "cwd": 4096,
+    "paths": 4096,
+    "reason": 4096,
+    "page_token": 4096,
+    "env": 64 * 1024,
+}
+
+
+def request_problem(request: Message) -> str:
+    """Why a decoded request is refused before anything runs ("" if it is not): a string
+    field over its size limit, or a run_id without its step_id (or the reverse)."""
+    for field, value in request.ListFields():
+        if field.type != field.TYPE_STRING and not field.message_type:
+            continue
+        limit = _STRING_BYTES.get(field.name, DEFAULT_STRING_BYTES)
+        texts: list[tuple[str, Any, int | None]]
+        if field.message_type and field.message_type.GetOptions().map_entry:
+            texts = [(f"{field.name} key", k, DEFAULT_STRING_BYTES) for k in value]
+            texts += [(f"{field.name}[{k!r}]", v, limit) for k, v in value.items()]
+        elif field.type != field.TYPE_STRING:
+            continue
+        elif field.is_repeated:
+            texts = [(field.name, text, limit) for text in value]
+        else:
+            texts = [(field.name, value, limit)]
+        for name, text, most in texts:
+            size = len(text.encode("utf-8", "surrogatepass")) if isinstance(text, str) else 0
+            if most is not None and size > most:
+                return f"{name[:80]} is {size} bytes, over the limit of {most}; send less"
+    fields = request.DESCRIPTOR.fields_by_name
+    if "run_id" in fields and "step_id" in fields:
+        run_id, step_id = getattr(request, "run_id"), getattr(request, "step_id")  # noqa: B009
+        if bool(run_id) != bool(step_id):
+            return (
+                "run_id and step_id go together: give both (the call's identity, so that a "
+                "retry is answered from the ledger) or neither"
+            )
+    return ""
+
+
+class _RequestChecks(grpc.ServerInterceptor):
+    """Every request of the Shellward service is decoded here and refused with
+    INVALID_ARGUMENT (not INTERNAL) when it is not a valid message (a string that is not
+    UTF-8), or when :func:`request_problem` finds one, before any handler sees it."""
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler | None:
+        handler = continuation(details)
+        if (
+            handler is None
+            or handler.request_streaming
+            or not details.method.startswith(f"/{SERVICE_NAME}/")
+        ):
+            return handler
+        decode = handler.request_deserializer
+
+        def checked(raw: bytes, context: grpc.ServicerContext) -> Message:
+            try:
+                request = decode(raw)
+            except Exception:
+                method = details.method.rsplit("/", 1)[-1]
+                error = InvalidArgument(
+                    f"the {method} request could not be decoded: every string field must be "
+                    "valid UTF-8 (send bytes as base64 or in a bytes field)"
+                )
+                context.abort_with_status(error_status(error, {}))
+            problem = request_problem(request)
+            if problem:
+                _abort(context, request, InvalidArgument(problem))
+            return request
+
+        if handler.response_streaming:
+            stream = handler.unary_stream
+
+            def streamed(raw: bytes, context: grpc.ServicerContext) -> Iterator[Message]:
+                yield from stream(checked(raw, context), context)
+
+            return grpc.unary_stream_rpc_method_handler(
+                streamed, response_serializer=handler.response_serializer
+            )
+        unary = handler.unary_unary
+        return grpc.unary_unary_rpc_method_handler(
+            lambda raw, context: unary(checked(raw, context), context),
+            response_serializer=handler.response_serializer,
+        )
+
+
+class _LongCallSlots(grpc.ServerInterceptor):
+    """At most LONG_SLOTS long RPCs at once; one more is refused with UNAVAILABLE (retry
+    later), and the service's health says NOT_SERVING while every slot is taken."""
+
+    def __init__(self, health_servicer: health.HealthServicer) -> None:
+        self._health = health_servicer
+        self._lock = threading.Lock()
+        self._taken = 0
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler | None:
+        handler = continuation(details)
+        service, _, method = details.method.lstrip("/").partition("/")
+        if handler is None or service != SERVICE_NAME or method not in LONG_METHODS:
+            return handler
+        if handler.response_streaming:
+            stream = handler.unary_stream
+
+            def streamed(request: Message, context: grpc.ServicerContext) -> Iterator[Message]:
+                self._take(request, context)
+                yield from stream(request, context)
+
+            return grpc.unary_stream_rpc_method_handler(
+                streamed,
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        unary = handler.unary_unary
+
+        def answered(request: Message, context: grpc.ServicerContext) -> Message:
+            self._take(request, context)
+            return unary(request, context)
+
+        return grpc.unary_unary_rpc_method_handler(
+            answered,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
+    def _take(self, request: Message, context: grpc.ServicerContext) -> None:
+        """Take a slot until the RPC ends, or refuse the RPC."""
+        with self._lock:
+            full = self._taken >= LONG_SLOTS
+            if not full:
+                self._taken += 1
+                if self._taken == LONG_SLOTS:
+                    self._health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.NOT_SERVING)
+        if full:
+            error = Unavailable(
+                f"the daemon already serves {LONG_SLOTS} long calls, its limit; nothing ran. "
+                "Retry when one of them ends"
+            )
+            _abort(context, request, error)
+        context.add_callback(self._give_back)
+
+    def _give_back(self) -> None:
+        with self._lock:
+            if self._taken == LONG_SLOTS:
+                self._health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+            self._taken -= 1
+
+
 class _TokenInterceptor(grpc.ServerInterceptor):
     """TCP only: every RPC but the health check needs ``authorization: Bearer <token>``."""
 
@@ -516,7 +686,8 @@ class Listeners:
         self._socket = config.socket
         self._health = health.HealthServicer()
         servicer = ShellwardServicer(runtime, rules, info)
-        self.servers: list[grpc.Server] = [self._make(servicer, ())]
+        slots = _LongCallSlots(self._health)  # one budget for both listeners
+        self.servers: list[grpc.Server] = [self._make(servicer, (_RequestChecks(), slots))]
         self.tcp_port: int | None = None
         _prepare_socket(config.socket)
         # No window in which the socket is reachable by others: create it private.
@@ -527,10 +698,17 @@ class Listeners:
             os.umask(previous_umask)
         if config.tcp:
             assert config.token is not None  # load_config guarantees it
-            tcp = self._make(servicer, (_TokenInterceptor(config.token),))
-            self.tcp_port = tcp.add_insecure_port(config.tcp)
+            tcp = self._make(servicer, (_TokenInterceptor(config.token), _RequestChecks(), slots))
+            try:
+                self.tcp_port = tcp.add_insecure_port(config.tcp)
+            except RuntimeError:  # grpc raises on a failed bind; older versions return 0
+                self.tcp_port = 0
             if self.tcp_port == 0:
-                raise ShellwardError(f"cannot listen on TCP {config.tcp}: address in use?")
+                raise ShellwardError(
+                    f"cannot listen on TCP {config.tcp}: the port is taken (another shellwardd, "
+                    "or another program) or the address is not this host's; stop the other "
+                    "listener or pass another --tcp HOST:PORT"
+                )
             self.servers.append(tcp)
 
     def _make(
@@ -539,13 +717,15 @@ class Listeners:
         server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=MAX_WORKERS, thread_name_prefix="rpc"),
             interceptors=interceptors,
-            options=_wire.channel_options(),
+            # Without SO_REUSEPORT a second daemon on a taken TCP port fails to bind, instead
+            # of sharing the port and splitting requests with the first.
+            options=[*_wire.channel_options(), ("grpc.so_reuseport", 0)],
         )
         pb_grpc.add_ShellwardServicer_to_server(servicer, server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
-        reflection.enable_server_reflection(
-            (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
-        )
+        names = (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME, REFLECTION_V1)
+        reflection.enable_server_reflection(names, server)
+        _serve_reflection_v1(reflection.ReflectionServicer(names), server)
         return server
 
     def start(self) -> None:
@@ -567,6 +747,23 @@ class Listeners:
     def remove_socket(self) -> None:
         with contextlib.suppress(FileNotFoundError):
             self._socket.unlink()
+
+
+REFLECTION_V1 = "grpc.reflection.v1.ServerReflection"
+
+
+def _serve_reflection_v1(servicer: reflection.ReflectionServicer, server: grpc.Server) -> None:
+    """Server reflection under grpc.reflection.v1 too (grpcurl and current tools ask v1
+    first). grpcio-reflection serves only v1alpha, but v1 is the same protocol with the
+    same messages under a new package: the v1alpha servicer answers it byte for byte."""
+    handler = grpc.stream_stream_rpc_method_handler(
+        servicer.ServerReflectionInfo,
+        request_deserializer=reflection_pb2.ServerReflectionRequest.FromString,
+        response_serializer=reflection_pb2.ServerReflectionResponse.SerializeToString,
+    )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(REFLECTION_V1, {"ServerReflectionInfo": handler}),)
+    )
 
 
 def _prepare_socket(path: Path) -> None:

@@ -30,7 +30,11 @@ class ShellwardStub:
     - In-band: RunCommand, Replay (once its call is found) and CallTool answer every outcome
     of the call, including bad input, as a CommandResult / ToolResult with ok=false and a
     `code` (below); the RPC itself ends OK.
-    - By status: every other RPC, and Replay for an unknown call, fails with a gRPC status.
+    - By status: every other RPC, Replay for an unknown call, and any request refused before
+    it reaches a call: one that is not a valid message (a string that is not UTF-8), a
+    string field over its size limit (1 KiB for ids and names; 4 KiB for cwd, paths,
+    reason and page_token; 64 KiB for an env value and the command), or a run_id without
+    its step_id (or the reverse): INVALID_ARGUMENT, whatever the RPC.
     Its trailing metadata carries `grpc-status-details-bin`, a google.rpc.Status whose
     details hold one google.rpc.ErrorInfo: domain "shellward", reason = the code (below),
     metadata "retryable" ("true"/"false") and "call_id" / "run_id" / "step_id" when the
@@ -147,7 +151,11 @@ class ShellwardServicer:
     - In-band: RunCommand, Replay (once its call is found) and CallTool answer every outcome
     of the call, including bad input, as a CommandResult / ToolResult with ok=false and a
     `code` (below); the RPC itself ends OK.
-    - By status: every other RPC, and Replay for an unknown call, fails with a gRPC status.
+    - By status: every other RPC, Replay for an unknown call, and any request refused before
+    it reaches a call: one that is not a valid message (a string that is not UTF-8), a
+    string field over its size limit (1 KiB for ids and names; 4 KiB for cwd, paths,
+    reason and page_token; 64 KiB for an env value and the command), or a run_id without
+    its step_id (or the reverse): INVALID_ARGUMENT, whatever the RPC.
     Its trailing metadata carries `grpc-status-details-bin`, a google.rpc.Status whose
     details hold one google.rpc.ErrorInfo: domain "shellward", reason = the code (below),
     metadata "retryable" ("true"/"false") and "call_id" / "run_id" / "step_id" when the
@@ -384,7 +392,11 @@ class Shellward:
     - In-band: RunCommand, Replay (once its call is found) and CallTool answer every outcome
     of the call, including bad input, as a CommandResult / ToolResult with ok=false and a
     `code` (below); the RPC itself ends OK.
-    - By status: every other RPC, and Replay for an unknown call, fails with a gRPC status.
+    - By status: every other RPC, Replay for an unknown call, and any request refused before
+    it reaches a call: one that is not a valid message (a string that is not UTF-8), a
+    string field over its size limit (1 KiB for ids and names; 4 KiB for cwd, paths,
+    reason and page_token; 64 KiB for an env value and the command), or a run_id without
+    its step_id (or the reverse): INVALID_ARGUMENT, whatever the RPC.
     Its trailing metadata carries `grpc-status-details-bin`, a google.rpc.Status whose
     details hold one google.rpc.ErrorInfo: domain "shellward", reason = the code (below),
     metadata "retryable" ("true"/"false") and "call_id" / "run_id" / "step_id" when the
