@@ -7,7 +7,8 @@ import hashlib
 import json
 
 from shellward.types import CallStatus, Idempotency, LedgerEntry, ReplayPolicy
-from shellwardd.outcomes import captured, mcp_finished_entry
+from shellwardd.calls.mcp_tool import finished_entry as mcp_finished_entry
+from shellwardd.outcomes import captured
 from shellwardd.tools.classify import Source, ToolVerdict
 from shellwardd.tools.config import Trust
 from shellwardd.tools.mcp_client import OutcomeKind, ToolCallOutcome
