@@ -114,6 +114,13 @@ def finished_entry(
         "exit_code": outcome.exit_code,
     }
     check = f"Check its effects first (`shellward show {entry.call_id}`) or ask the user."
+    why = cancelled_by or "the daemon shut down"
+    if not outcome.started and outcome.cancelled:  # killed before bwrap spawned the command
+        return replace(
+            entry, status=CallStatus.FAILED, code=Code.INTERRUPTED, **common,
+            note="; ".join(filter(None, [entry.note, f"cancelled: {why}"])),
+            content=f"The call was cancelled before the command started ({why}). Nothing ran.",
+        )  # fmt: skip
     if not outcome.started:
         return replace(
             entry, status=CallStatus.FAILED, code=Code.SANDBOX_ERROR, **common,
