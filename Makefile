@@ -26,6 +26,7 @@ bench: install
 	$(PY) bench/overhead.py
 	$(PY) bench/classify.py
 	$(PY) bench/detect.py --sizes 1000,10000
+	$(PY) bench/short_rpcs.py
 
 ## lint: ruff and mypy (daemon/ and client/ are mypy's source roots)
 lint: install
