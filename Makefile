@@ -27,6 +27,7 @@ bench: install
 	$(PY) bench/classify.py
 	$(PY) bench/detect.py --sizes 1000,10000
 	$(PY) bench/fleet.py
+	$(PY) bench/short_rpcs.py
 
 ## lint: ruff and mypy (daemon/ and client/ are mypy's source roots)
 lint: install

@@ -102,7 +102,7 @@ def test_async_client_answers_approvals_lists_tools_and_manages_rules(
             assert (await client.check_rules([user_rules]))[0].path == str(user_rules)
 
             echoed = await client.run_command("echo out", cwd=workspace, run_id="r", step_id="1")
-            listed = await client.list_calls(run_id="r", omit_output=True)
+            listed = await client.list_calls(run_id="r")
             assert [e.call_id for e in listed] == [echoed.call_id]
             assert listed[0].stdout.data == b""
             again = await client.replay(echoed.call_id, rpc_timeout=30)

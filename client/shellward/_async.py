@@ -16,6 +16,7 @@ import grpc
 import grpc.aio
 
 from shellward import _requests as calls
+from shellward import _wire
 from shellward._base import BaseClient
 from shellward._exceptions import translate
 from shellward._requests import PathLike, StreamEvent
@@ -38,7 +39,7 @@ class AsyncClient(BaseClient):
     """``async with AsyncClient() as client: await client.run_command("ls")``."""
 
     def _open_channel(self, target: str) -> grpc.aio.Channel:
-        return grpc.aio.insecure_channel(target)
+        return grpc.aio.insecure_channel(target, options=_wire.channel_options())
 
     async def close(self) -> None:
         await self._channel.close()
@@ -106,7 +107,8 @@ class AsyncClient(BaseClient):
         """Run a command and yield a CallAccepted, its OutputChunks, then the CommandResult.
 
         ``timeout`` bounds the command (the daemon kills it); ``rpc_timeout`` bounds this
-        call only: when it passes the command keeps running and is recorded.
+        call only: when it passes (or the stream is closed) the daemon cancels the command,
+        which ends as a killed call does (uncertain if it may have written).
         """
         return self._events(calls.run_command(
             command, cwd=cwd, run_id=run_id, step_id=step_id, timeout=timeout, env=env,
@@ -181,6 +183,11 @@ class AsyncClient(BaseClient):
         """Approve a pending call: it starts at once (follow it with ``wait_call``)."""
         return await self._send(calls.answer(call_id, approve=True, reason=reason))
 
+    async def cancel(self, call_id: str, *, reason: str = "") -> LedgerEntry:
+        """Kill a running call; returns its entry once recorded (a call that may have
+        written ends uncertain). A stream the client abandons cancels its call too."""
+        return await self._send(calls.cancel(call_id, reason))
+
     async def deny(self, call_id: str, *, reason: str = "") -> LedgerEntry:
         """Deny a pending call: it never runs."""
         return await self._send(calls.answer(call_id, approve=False, reason=reason))
@@ -239,12 +246,20 @@ class AsyncClient(BaseClient):
         return await self._send(calls.get_call(call_id, run_id=run_id, step_id=step_id))
 
     async def list_calls(
-        self, *, run_id: str = "", limit: int = 50, omit_output: bool = False
+        self, *, run_id: str = "", limit: int = 50, include_output: bool = False
     ) -> list[LedgerEntry]:
-        """Recent ledger entries, newest first."""
-        return await self._send(
-            calls.list_calls(run_id=run_id, limit=limit, omit_output=omit_output)
-        )
+        """Up to ``limit`` recent ledger entries, newest first, paged through. Captured
+        output only with ``include_output`` (else ``get_call`` fetches it)."""
+        entries: list[LedgerEntry] = []
+        token = ""
+        while True:
+            page, token = await self._send(calls.list_calls(
+                run_id=run_id, limit=limit - len(entries), include_output=include_output,
+                page_token=token,
+            ))  # fmt: skip
+            entries.extend(page)
+            if not token or len(entries) >= limit:
+                return entries
 
     async def status(self) -> DaemonStatus:
         """The daemon's state and configuration."""

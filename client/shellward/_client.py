@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import grpc
 
 from shellward import _requests as calls
+from shellward import _wire
 from shellward._base import BaseClient
 from shellward._exceptions import translate
 from shellward._requests import PathLike, StreamEvent
@@ -40,7 +41,7 @@ class Client(BaseClient):
     """
 
     def _open_channel(self, target: str) -> grpc.Channel:
-        return grpc.insecure_channel(target)
+        return grpc.insecure_channel(target, options=_wire.channel_options())
 
     def close(self) -> None:
         self._channel.close()
@@ -106,7 +107,8 @@ class Client(BaseClient):
         """Run a command and yield a CallAccepted, its OutputChunks, then the CommandResult.
 
         ``timeout`` bounds the command (the daemon kills it); ``rpc_timeout`` bounds this
-        call only: when it passes the command keeps running and is recorded.
+        call only: when it passes (or the stream is closed) the daemon cancels the command,
+        which ends as a killed call does (uncertain if it may have written).
         """
         return self._events(calls.run_command(
             command, cwd=cwd, run_id=run_id, step_id=step_id, timeout=timeout, env=env,
@@ -181,6 +183,11 @@ class Client(BaseClient):
         """Approve a pending call: it starts at once (follow it with ``wait_call``)."""
         return self._send(calls.answer(call_id, approve=True, reason=reason))
 
+    def cancel(self, call_id: str, *, reason: str = "") -> LedgerEntry:
+        """Kill a running call; returns its entry once recorded (a call that may have
+        written ends uncertain). A stream the client abandons cancels its call too."""
+        return self._send(calls.cancel(call_id, reason))
+
     def deny(self, call_id: str, *, reason: str = "") -> LedgerEntry:
         """Deny a pending call: it never runs."""
         return self._send(calls.answer(call_id, approve=False, reason=reason))
@@ -235,10 +242,20 @@ class Client(BaseClient):
         return self._send(calls.get_call(call_id, run_id=run_id, step_id=step_id))
 
     def list_calls(
-        self, *, run_id: str = "", limit: int = 50, omit_output: bool = False
+        self, *, run_id: str = "", limit: int = 50, include_output: bool = False
     ) -> list[LedgerEntry]:
-        """Recent ledger entries, newest first."""
-        return self._send(calls.list_calls(run_id=run_id, limit=limit, omit_output=omit_output))
+        """Up to ``limit`` recent ledger entries, newest first, paged through. Captured
+        output only with ``include_output`` (else ``get_call`` fetches it)."""
+        entries: list[LedgerEntry] = []
+        token = ""
+        while True:
+            page, token = self._send(calls.list_calls(
+                run_id=run_id, limit=limit - len(entries), include_output=include_output,
+                page_token=token,
+            ))  # fmt: skip
+            entries.extend(page)
+            if not token or len(entries) >= limit:
+                return entries
 
     def status(self) -> DaemonStatus:
         """The daemon's state and configuration."""

@@ -6,45 +6,43 @@
     ├── InvalidRequest         the daemon refused the input (empty command, bad cwd, …)
     ├── PermissionDenied       outside the daemon's workspaces
     ├── NotFound               unknown call id
-    ├── DeadlineExceeded       the RPC deadline passed (a command keeps running: find it
-    │                          again with get_call)
+    ├── DeadlineExceeded       the RPC deadline passed (a streamed command is cancelled:
+    │                          get_call says how it ended)
     └── ProtocolError          anything else the daemon answered
 
 Every exception the daemon raised carries its domain ``code`` (``shellward.Code``, e.g.
-``UNAVAILABLE`` for a busy ledger; ``None`` when the daemon never answered). RunCommand's
+``UNAVAILABLE`` for a busy ledger; ``None`` when the daemon never answered), ``retryable``,
+and ``details``: the ErrorInfo metadata of the google.rpc.Status the daemon sent (``call_id``,
+``run_id``, ``step_id`` when the request named a call). RunCommand's
 outcomes (a failing command, a timeout, a refused replay) are not exceptions: they are a
 ``CommandResult`` with ``ok=False`` and a ``code``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
 
 import grpc
 import grpc.aio
 
+from shellward import _wire
 from shellward.types import Code
 
-# Trailing metadata of a failed unary RPC: the daemon's domain code (a ``Code`` value).
-# Defined here, where it is read; the daemon writes it through ``shellward._wire``.
-CODE_METADATA_KEY = "shellward-code"
-
-
-def code_from_metadata(metadata: Any) -> Code | None:
-    """The daemon's domain code in an RPC's trailing metadata, if it sent one."""
-    for key, value in metadata or ():
-        if key == CODE_METADATA_KEY:
-            text = value.decode() if isinstance(value, bytes) else value
-            return next((code for code in Code if code.value == text), None)
-    return None
-
-
 class ShellwardError(Exception):
-    def __init__(self, message: str, *, status: str = "", code: Code | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: str = "",
+        code: Code | None = None,
+        details: Mapping[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.status = status
         self.code = code
+        self.details: Mapping[str, str] = dict(details or {})
+        self.retryable = self.details.get("retryable") == "true"
 
 
 class DaemonUnavailable(ShellwardError):
@@ -91,7 +89,8 @@ def translate(exc: grpc.RpcError, target: str) -> ShellwardError:
     answered = isinstance(exc, grpc.Call | grpc.aio.AioRpcError)
     code = exc.code() if answered else grpc.StatusCode.UNKNOWN
     details = (exc.details() if answered else "") or str(exc)
-    domain = code_from_metadata(exc.trailing_metadata()) if answered else None
+    sent = _wire.error_details(exc.trailing_metadata()) if answered else None
+    domain = sent.code if sent else None
     kind = _BY_STATUS.get(code, ProtocolError)
     if kind is DaemonUnavailable and domain is None:  # no daemon answered: say how to start one
         details = (
@@ -100,7 +99,8 @@ def translate(exc: grpc.RpcError, target: str) -> ShellwardError:
         )
     elif kind is DeadlineExceeded:
         details = (
-            f"the daemon did not answer in time ({details}). A command may still be running: "
-            "find it with `shellward ledger` or get_call(run_id=..., step_id=...)."
+            f"the daemon did not answer in time ({details}). A command streamed by this call "
+            "was cancelled and may have partly run: see how it ended with `shellward ledger` "
+            "or get_call(run_id=..., step_id=...)."
         )
-    return kind(details, status=code.name, code=domain)
+    return kind(details, status=code.name, code=domain, details=sent.metadata if sent else None)

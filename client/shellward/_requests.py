@@ -207,6 +207,11 @@ def answer(call_id: str, *, approve: bool, reason: str) -> Rpc[LedgerEntry]:
     return Rpc("Approve", request, _wire.entry_from_wire)
 
 
+def cancel(call_id: str, reason: str) -> Rpc[LedgerEntry]:
+    request = pb.CancelCallRequest(call_id=call_id, reason=reason)
+    return Rpc("CancelCall", request, _wire.entry_from_wire)
+
+
 def list_tools() -> Rpc[list[ToolInfo]]:
     return Rpc(
         "ListTools",
@@ -243,9 +248,14 @@ def get_call(call_id: str, *, run_id: str, step_id: str) -> Rpc[LedgerEntry]:
     return Rpc("GetCall", request, _wire.entry_from_wire)
 
 
-def list_calls(*, run_id: str, limit: int, omit_output: bool) -> Rpc[list[LedgerEntry]]:
-    request = pb.ListCallsRequest(run_id=run_id, limit=limit, omit_output=omit_output)
-    return Rpc("ListCalls", request, _entries)
+def list_calls(
+    *, run_id: str, limit: int, include_output: bool, page_token: str
+) -> Rpc[tuple[list[LedgerEntry], str]]:
+    """One page of calls, and the token of the next page ("" after the last)."""
+    request = pb.ListCallsRequest(
+        run_id=run_id, limit=limit, include_output=include_output, page_token=page_token
+    )
+    return Rpc("ListCalls", request, lambda reply: (_entries(reply), reply.next_page_token))
 
 
 def status() -> Rpc[DaemonStatus]:

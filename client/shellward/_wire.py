@@ -7,17 +7,37 @@ else touches generated code.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, fields
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.struct_pb2 import Struct
 from google.protobuf.timestamp_pb2 import Timestamp
+from google.rpc import error_details_pb2, status_pb2
 
 from shellward import types as t
-from shellward._exceptions import CODE_METADATA_KEY as CODE_METADATA_KEY  # the daemon sends it
 from shellward._exceptions import ProtocolError
 from shellward.v1 import shellward_pb2 as pb
+
+# Trailing metadata of an RPC the daemon failed: the domain code (a ``Code`` value), and the
+# standard google.rpc.Status whose ErrorInfo (domain ERROR_DOMAIN) carries it too.
+CODE_METADATA_KEY = "shellward-code"
+STATUS_DETAILS_KEY = "grpc-status-details-bin"
+ERROR_DOMAIN = "shellward"
+
+# The largest message either side sends or accepts. gRPC's default, 4 MiB, is less than one
+# GetCall of a call whose output hit a raised --output-cap (stdout and stderr each up to the
+# cap); listings stay below 4 MiB by paging, so clients that keep the default still work.
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+
+def channel_options() -> list[tuple[str, int]]:
+    """The options of the daemon's servers and the client's channels."""
+    return [
+        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ]
+
 
 # Enum tables: one place maps each domain enum to its wire enum and back.
 _IDEMPOTENCY: dict[t.Idempotency, Any] = {
@@ -207,6 +227,7 @@ def entry_to_wire(entry: t.LedgerEntry, *, omit_output: bool = False) -> pb.Ledg
         content=entry.content,
         stdout=output_to_wire(empty if omit_output else entry.stdout),
         stderr=output_to_wire(empty if omit_output else entry.stderr),
+        output_omitted=omit_output,
         timeout_seconds=entry.timeout_seconds,
         created_at=_timestamp(entry.created_at),
         started_at=_timestamp(entry.started_at),
@@ -216,7 +237,7 @@ def entry_to_wire(entry: t.LedgerEntry, *, omit_output: bool = False) -> pb.Ledg
         note=entry.note,
         input_json=entry.input_json,
         effects_recorded=entry.effects_recorded,
-        output_json=entry.output_json,
+        output_json="" if omit_output else entry.output_json,
         transitions=[
             pb.Transition(at=_timestamp(step.at), status=_STATUS[step.status], detail=step.detail)
             for step in entry.transitions
@@ -400,6 +421,7 @@ def entry_from_wire(message: pb.LedgerEntry) -> t.LedgerEntry:
             )
             for step in message.transitions
         ),
+        output_omitted=message.output_omitted,
     )
 
 
@@ -526,3 +548,32 @@ def rule_check_from_wire(message: pb.RuleFileCheck) -> t.RuleFileCheck:
 
 
 _TOOL_SERVER_FIELDS = tuple(f.name for f in fields(t.ToolServerStatus))
+
+
+@dataclass(frozen=True)
+class ErrorDetails:
+    """What the daemon said about an error besides its sentence: its domain code and the
+    ErrorInfo metadata (``retryable``, ``call_id``, ...)."""
+
+    code: t.Code | None
+    metadata: dict[str, str]
+
+
+def error_details(metadata: Any) -> ErrorDetails:
+    """The google.rpc.Status details in an RPC's trailing metadata (an ErrorInfo from the
+    daemon), else the older ``shellward-code`` entry alone."""
+    fallback = None
+    for key, value in metadata or ():
+        if key == STATUS_DETAILS_KEY and isinstance(value, bytes):
+            status = status_pb2.Status.FromString(value)
+            for any_detail in status.details:
+                info = error_details_pb2.ErrorInfo()
+                if any_detail.Unpack(info) and info.domain == ERROR_DOMAIN:
+                    return ErrorDetails(_code(info.reason), dict(info.metadata))
+        if key == CODE_METADATA_KEY:
+            fallback = _code(value.decode() if isinstance(value, bytes) else value)
+    return ErrorDetails(fallback, {})
+
+
+def _code(text: str) -> t.Code | None:
+    return next((code for code in t.Code if code.value == text), None)

@@ -109,6 +109,7 @@ class Code(enum.Enum):
     INTERRUPTED = "INTERRUPTED"
     UNAVAILABLE = "UNAVAILABLE"
     RECORD_EXPIRED = "RECORD_EXPIRED"
+    UNAUTHENTICATED = "UNAUTHENTICATED"
     INTERNAL = "INTERNAL"
 
 
@@ -223,6 +224,8 @@ class LedgerEntry:
     daemon_id: str = ""
     # The call's history, oldest first (only GetCall / `shellward show` fill it).
     transitions: tuple[Transition, ...] = ()
+    # True when a listing left stdout, stderr and output_json out: get_call has them.
+    output_omitted: bool = False
 
 
 @dataclass(frozen=True)

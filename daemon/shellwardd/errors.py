@@ -3,6 +3,8 @@
     ShellwardError (code, message, retryable)
     ├── InvalidArgument        bad input: nothing ran, fix the request
     ├── PermissionDenied       outside the allowed workspaces, or refused by policy
+    ├── Unauthenticated        a TCP request without the daemon's token
+    ├── Interrupted            cancelled before it started: nothing ran
     ├── NotFound               unknown call id, or no such file
     ├── Conflict               a file is not at the hash the caller based its edit on
     ├── SandboxUnavailable     bwrap missing or unusable
@@ -40,6 +42,14 @@ class InvalidArgument(ShellwardError):
 
 class PermissionDenied(ShellwardError):
     code = Code.PERMISSION_DENIED
+
+
+class Unauthenticated(ShellwardError):
+    code = Code.UNAUTHENTICATED
+
+
+class Interrupted(ShellwardError):
+    code = Code.INTERRUPTED
 
 
 class NotFound(ShellwardError):

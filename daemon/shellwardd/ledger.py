@@ -510,9 +510,15 @@ class SqlLedger:
         status: CallStatus | None = None,
         limit: int = 50,
         daemon_id: str = "",
+        before: tuple[float, str] | None = None,
     ) -> builtins.list[LedgerEntry]:
-        """Newest first, optionally only one run's calls, one status, one daemon's."""
-        conditions, params = [], []
+        """Newest first, optionally only one run's calls or one status; ``before``: only
+        the calls after (created_at, call_id) in that order (the next page of a listing)."""
+        conditions: builtins.list[str] = []
+        params: builtins.list[object] = []
+        if before is not None:
+            conditions.append("(created_at < ? OR (created_at = ? AND call_id < ?))")
+            params.extend((before[0], before[0], before[1]))
         if run_id:
             conditions.append("run_id = ?")
             params.append(run_id)
@@ -525,7 +531,7 @@ class SqlLedger:
         query = "SELECT * FROM calls"
         if conditions:
             query += " WHERE " + " AND ".join(conditions)
-        query += f" ORDER BY created_at DESC, {self.dialect.order} DESC LIMIT ?"
+        query += " ORDER BY created_at DESC, call_id DESC LIMIT ?"
         with self._read() as db:
             rows = db.execute(query, (*params, limit)).fetchall()
         return [_entry_from_row(row) for row in rows]

@@ -102,6 +102,17 @@ def resolve_cwd(config: Config, cwd: str) -> tuple[Path, Path]:
     )
 
 
+def canonical_cwd(config: Config, cwd: str) -> str:
+    """The cwd as the input hash sees it: "" is the first workspace, and "/ws", "/ws/",
+    "/ws/." and a symlink to /ws are one place. Never raises: a bad cwd is refused when the
+    call is planned, with the reason."""
+    if not cwd:
+        return str(config.workspaces[0])
+    if "\0" in cwd or not os.path.isabs(cwd):
+        return cwd
+    return os.path.realpath(cwd)
+
+
 def printable(command: str) -> str:
     """What the ledger keeps of a command: NULs made visible, capped at the size limit."""
     return command.replace("\0", "\\0")[:MAX_COMMAND_BYTES]

@@ -67,6 +67,11 @@ log = logging.getLogger("shellwardd.runtime")
 MAX_WAIT_SECONDS = 600.0
 
 
+# How long CancelCall waits for the killed call to be recorded (a kill takes milliseconds;
+# the write detector's barrier after it, a little more).
+CANCEL_WAIT_SECONDS = 30.0
+
+
 class Runtime:
     def __init__(
         self,
@@ -141,7 +146,7 @@ class Runtime:
             entry = self._ledger.get(call_id)
             if entry is None:
                 raise NotFound(
-                    f"no call {call_id!r} in the ledger; list recent calls with `shellward ledger`"
+                    f"no call {call_id!r} in the ledger; ListCalls lists the recent ones"
                 )
             return entry
         if run_id and step_id:
@@ -156,8 +161,11 @@ class Runtime:
         entry = self.get_call(call_id, run_id, step_id)
         return replace(entry, transitions=tuple(self._ledger.transitions(entry.call_id)))
 
-    def list_calls(self, run_id: str = "", limit: int = 50) -> list[LedgerEntry]:
-        return self._ledger.list(run_id=run_id, limit=max(1, min(limit or 50, 1000)))
+    def list_calls(
+        self, run_id: str = "", limit: int = 50, before: tuple[float, str] | None = None
+    ) -> list[LedgerEntry]:
+        """Newest first, at most ``limit``; ``before``: the page after that call."""
+        return self._ledger.list(run_id=run_id, limit=limit, before=before)
 
     def tools(self) -> tuple[ToolInfo, ...]:
         return tuple(
@@ -209,6 +217,25 @@ class Runtime:
                 entry = self.get_call(call_id)
         return result_from_entry(entry)
 
+    def cancel(self, call_id: str, why: str) -> LedgerEntry:
+        """Kill a running call; it ends as the replay table says of a killed call (a call
+        that may have written is uncertain). Returns its entry once recorded."""
+        if not call_id:
+            raise InvalidArgument("give the call_id of the running call to cancel")
+        entry = self.get_call(call_id)
+        if entry.status.is_final:
+            raise InvalidArgument(
+                f"call {call_id} is already {entry.status.value}; there is nothing to cancel"
+            )
+        if entry.status is CallStatus.PENDING_APPROVAL:
+            raise InvalidArgument(
+                f"call {call_id} has not started: it waits for approval; deny it instead "
+                "(Approve with approve=false)"
+            )
+        self._tracker.cancel(call_id, why)
+        self.wait_call(call_id, CANCEL_WAIT_SECONDS)
+        return self.get_call(call_id)
+
     def recover(self, run_id: str) -> list[RecoveryItem]:
         """Every step of ``run_id`` that did not end cleanly, with its action and why."""
         if not run_id:
@@ -230,12 +257,14 @@ class Runtime:
 
     def run_command(self, request: CommandRequest, listener: CallListener) -> CommandResult:
         """Run one command (or answer from the ledger). Never raises for bad input."""
+        request = replace(request, cwd=requests.canonical_cwd(self._config, request.cwd))
         return self._call(self._commands, request, self._commands.input_hash(request), listener)
 
     def call_tool(self, request: ToolRequest) -> CommandResult:
         """Call a built-in or business tool (or answer from the ledger). Never raises for
         bad input."""
         kind = self._kind(request.tool)
+        request = replace(request, cwd=requests.canonical_cwd(self._config, request.cwd))
         return self._call(kind, request, kind.input_hash(request), Silent())
 
     def _call(
@@ -356,11 +385,13 @@ class Runtime:
         """A human's answer to a pending call, given on any daemon of the fleet: an approved
         call starts now, in the background, on the daemon that recorded it (it holds the
         workspace): here, or on that daemon's next tick (:meth:`run_approved`)."""
+        if not call_id:
+            raise InvalidArgument("give the call_id of a call waiting for approval (ListApprovals)")
         entry = self.get_call(call_id)
         if entry.status is not CallStatus.PENDING_APPROVAL:
             raise InvalidArgument(
-                f"call {call_id} is {entry.status.value}, not waiting for approval; see "
-                "`shellward approvals` for the calls that are"
+                f"call {call_id} is {entry.status.value}, not waiting for approval; ListApprovals "
+                "lists the calls that are"
             )
         why = f": {reason}" if reason else ""
         if not approve:
@@ -464,6 +495,6 @@ class Runtime:
 
 def _answered_already(call_id: str) -> InvalidArgument:
     return InvalidArgument(
-        f"call {call_id} is no longer waiting for approval: another answer came first; see "
-        f"`shellward show {call_id}`"
+        f"call {call_id} is no longer waiting for approval: another answer came first; "
+        f"GetCall {call_id} shows it"
     )

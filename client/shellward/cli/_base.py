@@ -167,8 +167,8 @@ def find_call(client: Client, call_id: str) -> LedgerEntry:
     """The entry with this id, or with the one recent id that starts with it."""
     try:
         return client.get_call(call_id)
-    except NotFound:
-        recent = client.list_calls(limit=PREFIX_SEARCH_LIMIT, omit_output=True)
+    except NotFound as missing:
+        recent = client.list_calls(limit=PREFIX_SEARCH_LIMIT)
         matches = [entry.call_id for entry in recent if entry.call_id.startswith(call_id)]
         if len(matches) == 1:
             return client.get_call(matches[0])
@@ -177,4 +177,9 @@ def find_call(client: Client, call_id: str) -> LedgerEntry:
                 f"call id prefix {call_id!r} matches {len(matches)} calls "
                 f"({', '.join(matches[:3])}, …); give more characters"
             ) from None
-        raise
+        raise NotFound(
+            f"no call {call_id!r} in the ledger; `shellward ledger` lists the recent ones",
+            status=missing.status,
+            code=missing.code,
+            details=missing.details,
+        ) from missing

@@ -25,8 +25,8 @@ def report_stream(
         result, accepted = consume(events, live=not as_json)
     except KeyboardInterrupt:
         error(
-            "interrupted: the command keeps running in the daemon and will be recorded; "
-            "find it with `shellward ledger`"
+            "interrupted: the daemon cancelled the command; it may have partly run. "
+            "`shellward ledger` shows how it ended (uncertain if it may have written)"
         )
         return EXIT_INTERRUPTED
     if as_json:

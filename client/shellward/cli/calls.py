@@ -1,4 +1,5 @@
-"""`shellward ledger` and `shellward show`: the calls the daemon recorded."""
+"""`shellward ledger`, `shellward show` and `shellward cancel`: the calls the daemon
+recorded, and stopping one that runs."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ examples:
 def cmd_ledger(args: argparse.Namespace) -> int:
     with connect(args) as client:
         entries = client.list_calls(
-            run_id=args.run or "", limit=args.limit, omit_output=not args.json
+            run_id=args.run or "", limit=args.limit, include_output=args.json
         )
         actions = (
             {item.call.call_id: item.action for item in client.recover(args.run)}
@@ -82,6 +83,32 @@ def _add_show(commands: Commands) -> None:
     add_json(show, "the full entry as JSON")
 
 
+CANCEL_EPILOG = """\
+Kills a running call (as `shellward run` does on Ctrl-C) and prints how it ended: a call that
+may have written is uncertain; check its effects with `shellward show` before running it again.
+A call waiting for approval is denied with `shellward deny` instead.
+
+examples:
+  shellward cancel 3f2a9c1e
+  shellward cancel 3f2a9c1e --reason 'wrong branch'
+"""
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    with connect(args) as client:
+        call_id = find_call(client, args.call_id).call_id
+        entry = client.cancel(call_id, reason=args.reason or "")
+    return answer(args.json, entry, lambda style: _render.entry_details(entry, style))
+
+
+def _add_cancel(commands: Commands) -> None:
+    cancel = subparser(commands, "cancel", cmd_cancel, "Kill a running call.", CANCEL_EPILOG)
+    cancel.add_argument("call_id", metavar="CALL_ID", help="a call id, or a unique prefix of one")
+    cancel.add_argument("--reason", metavar="TEXT", help="why; kept in the call's note")
+    add_json(cancel, "the call's entry as JSON")
+
+
 def add(commands: Commands) -> None:
     _add_ledger(commands)
     _add_show(commands)
+    _add_cancel(commands)

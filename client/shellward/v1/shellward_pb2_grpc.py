@@ -26,7 +26,42 @@ if _version_not_supported:
 
 
 class ShellwardStub:
-    """Missing associated documentation comment in .proto file."""
+    """Errors. One rule: a call's outcome is answered in-band, everything else by status.
+    - In-band: RunCommand, Replay (once its call is found) and CallTool answer every outcome
+    of the call, including bad input, as a CommandResult / ToolResult with ok=false and a
+    `code` (below); the RPC itself ends OK.
+    - By status: every other RPC, Replay for an unknown call, and any request refused before
+    it reaches a call: one that is not a valid message (a string that is not UTF-8), a
+    string field over its size limit (1 KiB for ids and names; 4 KiB for cwd, paths,
+    reason and page_token; 64 KiB for an env value and the command), or a run_id without
+    its step_id (or the reverse): INVALID_ARGUMENT, whatever the RPC.
+    Its trailing metadata carries `grpc-status-details-bin`, a google.rpc.Status whose
+    details hold one google.rpc.ErrorInfo: domain "shellward", reason = the code (below),
+    metadata "retryable" ("true"/"false") and "call_id" / "run_id" / "step_id" when the
+    request named a call. The same code is also sent as trailing metadata `shellward-code`.
+
+    Codes (the closed list; `code` strings and ErrorInfo reasons), with the gRPC status an
+    error of that code gets:
+    OK                        the call succeeded (in-band only)
+    COMMAND_FAILED            it ran and exited non-zero (in-band only)            UNKNOWN
+    TIMEOUT                   killed at its time limit                             DEADLINE_EXCEEDED
+    SIDE_EFFECT_UNCERTAIN     it may have run: check its effects before retrying   FAILED_PRECONDITION
+    CONFLICT                  the workspace is neither before nor after the call   FAILED_PRECONDITION
+    SANDBOX_ERROR             the sandbox could not run it                         FAILED_PRECONDITION
+    ALREADY_APPLIED           its recorded effects are already in the workspace    ALREADY_EXISTS
+    IDEMPOTENCY_KEY_MISMATCH  the same (run_id, step_id) with a different input    ALREADY_EXISTS
+    NEEDS_APPROVAL            waits for a human (ListApprovals / Approve)          PERMISSION_DENIED
+    PERMISSION_DENIED         outside the workspaces, or refused by policy         PERMISSION_DENIED
+    IN_PROGRESS               the same call is still running: WaitCall, retryable  ABORTED
+    INVALID_ARGUMENT          bad input, nothing ran: fix the request              INVALID_ARGUMENT
+    NOT_FOUND                 no such call (or file)                               NOT_FOUND
+    RECORD_EXPIRED            the record is older than the daemon's retention      NOT_FOUND
+    INTERRUPTED               the call was cancelled or the daemon stopped         CANCELLED
+    UNAVAILABLE               busy right now (ledger locked, shutting down): retry UNAVAILABLE
+    UNAUTHENTICATED           TCP without `authorization: Bearer <token>`          UNAUTHENTICATED
+    INTERNAL                  a daemon bug: see its log                            INTERNAL
+    CONFLICT and SANDBOX_ERROR share a status: read the ErrorInfo reason, not the status.
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -89,6 +124,11 @@ class ShellwardStub:
                 request_serializer=shellward_dot_v1_dot_shellward__pb2.ApproveRequest.SerializeToString,
                 response_deserializer=shellward_dot_v1_dot_shellward__pb2.LedgerEntry.FromString,
                 _registered_method=True)
+        self.CancelCall = channel.unary_unary(
+                '/shellward.v1.Shellward/CancelCall',
+                request_serializer=shellward_dot_v1_dot_shellward__pb2.CancelCallRequest.SerializeToString,
+                response_deserializer=shellward_dot_v1_dot_shellward__pb2.LedgerEntry.FromString,
+                _registered_method=True)
         self.CallTool = channel.unary_unary(
                 '/shellward.v1.Shellward/CallTool',
                 request_serializer=shellward_dot_v1_dot_shellward__pb2.CallToolRequest.SerializeToString,
@@ -107,7 +147,42 @@ class ShellwardStub:
 
 
 class ShellwardServicer:
-    """Missing associated documentation comment in .proto file."""
+    """Errors. One rule: a call's outcome is answered in-band, everything else by status.
+    - In-band: RunCommand, Replay (once its call is found) and CallTool answer every outcome
+    of the call, including bad input, as a CommandResult / ToolResult with ok=false and a
+    `code` (below); the RPC itself ends OK.
+    - By status: every other RPC, Replay for an unknown call, and any request refused before
+    it reaches a call: one that is not a valid message (a string that is not UTF-8), a
+    string field over its size limit (1 KiB for ids and names; 4 KiB for cwd, paths,
+    reason and page_token; 64 KiB for an env value and the command), or a run_id without
+    its step_id (or the reverse): INVALID_ARGUMENT, whatever the RPC.
+    Its trailing metadata carries `grpc-status-details-bin`, a google.rpc.Status whose
+    details hold one google.rpc.ErrorInfo: domain "shellward", reason = the code (below),
+    metadata "retryable" ("true"/"false") and "call_id" / "run_id" / "step_id" when the
+    request named a call. The same code is also sent as trailing metadata `shellward-code`.
+
+    Codes (the closed list; `code` strings and ErrorInfo reasons), with the gRPC status an
+    error of that code gets:
+    OK                        the call succeeded (in-band only)
+    COMMAND_FAILED            it ran and exited non-zero (in-band only)            UNKNOWN
+    TIMEOUT                   killed at its time limit                             DEADLINE_EXCEEDED
+    SIDE_EFFECT_UNCERTAIN     it may have run: check its effects before retrying   FAILED_PRECONDITION
+    CONFLICT                  the workspace is neither before nor after the call   FAILED_PRECONDITION
+    SANDBOX_ERROR             the sandbox could not run it                         FAILED_PRECONDITION
+    ALREADY_APPLIED           its recorded effects are already in the workspace    ALREADY_EXISTS
+    IDEMPOTENCY_KEY_MISMATCH  the same (run_id, step_id) with a different input    ALREADY_EXISTS
+    NEEDS_APPROVAL            waits for a human (ListApprovals / Approve)          PERMISSION_DENIED
+    PERMISSION_DENIED         outside the workspaces, or refused by policy         PERMISSION_DENIED
+    IN_PROGRESS               the same call is still running: WaitCall, retryable  ABORTED
+    INVALID_ARGUMENT          bad input, nothing ran: fix the request              INVALID_ARGUMENT
+    NOT_FOUND                 no such call (or file)                               NOT_FOUND
+    RECORD_EXPIRED            the record is older than the daemon's retention      NOT_FOUND
+    INTERRUPTED               the call was cancelled or the daemon stopped         CANCELLED
+    UNAVAILABLE               busy right now (ledger locked, shutting down): retry UNAVAILABLE
+    UNAUTHENTICATED           TCP without `authorization: Bearer <token>`          UNAUTHENTICATED
+    INTERNAL                  a daemon bug: see its log                            INTERNAL
+    CONFLICT and SANDBOX_ERROR share a status: read the ErrorInfo reason, not the status.
+    """
 
     def RunCommand(self, request, context):
         """Runs one shell command in the sandbox. Streams output chunks as they come,
@@ -133,7 +208,10 @@ class ShellwardServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListCalls(self, request, context):
-        """Recent ledger entries, newest first.
+        """Recent ledger entries, newest first, a page at a time: pass next_page_token back as
+        page_token until it is empty. Captured output is left out unless include_output is set
+        (GetCall fetches one call's output); a page also ends early rather than grow past
+        3 MiB, so every page fits the 4 MiB a gRPC client accepts by default.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -185,6 +263,18 @@ class ShellwardServicer:
 
     def Approve(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CancelCall(self, request, context):
+        """Kills a running call (or one about to start) and returns its entry once recorded. It
+        ends as the replay table says of a killed call: one that may have written is
+        uncertain (SIDE_EFFECT_UNCERTAIN), one that only reads INTERRUPTED; one that had not
+        started ends failed, nothing ran. Its note says who cancelled it. A client that goes
+        away from a RunCommand or Replay stream (its deadline, a cancelled stream) cancels the
+        call the same way, unless the call already waits for a human.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -269,6 +359,11 @@ def add_ShellwardServicer_to_server(servicer, server):
                     request_deserializer=shellward_dot_v1_dot_shellward__pb2.ApproveRequest.FromString,
                     response_serializer=shellward_dot_v1_dot_shellward__pb2.LedgerEntry.SerializeToString,
             ),
+            'CancelCall': grpc.unary_unary_rpc_method_handler(
+                    servicer.CancelCall,
+                    request_deserializer=shellward_dot_v1_dot_shellward__pb2.CancelCallRequest.FromString,
+                    response_serializer=shellward_dot_v1_dot_shellward__pb2.LedgerEntry.SerializeToString,
+            ),
             'CallTool': grpc.unary_unary_rpc_method_handler(
                     servicer.CallTool,
                     request_deserializer=shellward_dot_v1_dot_shellward__pb2.CallToolRequest.FromString,
@@ -293,7 +388,42 @@ def add_ShellwardServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class Shellward:
-    """Missing associated documentation comment in .proto file."""
+    """Errors. One rule: a call's outcome is answered in-band, everything else by status.
+    - In-band: RunCommand, Replay (once its call is found) and CallTool answer every outcome
+    of the call, including bad input, as a CommandResult / ToolResult with ok=false and a
+    `code` (below); the RPC itself ends OK.
+    - By status: every other RPC, Replay for an unknown call, and any request refused before
+    it reaches a call: one that is not a valid message (a string that is not UTF-8), a
+    string field over its size limit (1 KiB for ids and names; 4 KiB for cwd, paths,
+    reason and page_token; 64 KiB for an env value and the command), or a run_id without
+    its step_id (or the reverse): INVALID_ARGUMENT, whatever the RPC.
+    Its trailing metadata carries `grpc-status-details-bin`, a google.rpc.Status whose
+    details hold one google.rpc.ErrorInfo: domain "shellward", reason = the code (below),
+    metadata "retryable" ("true"/"false") and "call_id" / "run_id" / "step_id" when the
+    request named a call. The same code is also sent as trailing metadata `shellward-code`.
+
+    Codes (the closed list; `code` strings and ErrorInfo reasons), with the gRPC status an
+    error of that code gets:
+    OK                        the call succeeded (in-band only)
+    COMMAND_FAILED            it ran and exited non-zero (in-band only)            UNKNOWN
+    TIMEOUT                   killed at its time limit                             DEADLINE_EXCEEDED
+    SIDE_EFFECT_UNCERTAIN     it may have run: check its effects before retrying   FAILED_PRECONDITION
+    CONFLICT                  the workspace is neither before nor after the call   FAILED_PRECONDITION
+    SANDBOX_ERROR             the sandbox could not run it                         FAILED_PRECONDITION
+    ALREADY_APPLIED           its recorded effects are already in the workspace    ALREADY_EXISTS
+    IDEMPOTENCY_KEY_MISMATCH  the same (run_id, step_id) with a different input    ALREADY_EXISTS
+    NEEDS_APPROVAL            waits for a human (ListApprovals / Approve)          PERMISSION_DENIED
+    PERMISSION_DENIED         outside the workspaces, or refused by policy         PERMISSION_DENIED
+    IN_PROGRESS               the same call is still running: WaitCall, retryable  ABORTED
+    INVALID_ARGUMENT          bad input, nothing ran: fix the request              INVALID_ARGUMENT
+    NOT_FOUND                 no such call (or file)                               NOT_FOUND
+    RECORD_EXPIRED            the record is older than the daemon's retention      NOT_FOUND
+    INTERRUPTED               the call was cancelled or the daemon stopped         CANCELLED
+    UNAVAILABLE               busy right now (ledger locked, shutting down): retry UNAVAILABLE
+    UNAUTHENTICATED           TCP without `authorization: Bearer <token>`          UNAUTHENTICATED
+    INTERNAL                  a daemon bug: see its log                            INTERNAL
+    CONFLICT and SANDBOX_ERROR share a status: read the ErrorInfo reason, not the status.
+    """
 
     @staticmethod
     def RunCommand(request,
@@ -581,6 +711,33 @@ class Shellward:
             target,
             '/shellward.v1.Shellward/Approve',
             shellward_dot_v1_dot_shellward__pb2.ApproveRequest.SerializeToString,
+            shellward_dot_v1_dot_shellward__pb2.LedgerEntry.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CancelCall(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shellward.v1.Shellward/CancelCall',
+            shellward_dot_v1_dot_shellward__pb2.CancelCallRequest.SerializeToString,
             shellward_dot_v1_dot_shellward__pb2.LedgerEntry.FromString,
             options,
             channel_credentials,

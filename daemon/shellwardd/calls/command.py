@@ -6,7 +6,6 @@ that could not start, a first run that needs approval) is said here.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -21,7 +20,7 @@ from shellwardd.requests import TOOL_RUN_COMMAND, CommandRequest
 from shellwardd.sandbox import ProcessOutcome, Sandbox, SandboxSpec
 from shellwardd.watch.paths import COOKIE_DIR
 
-from .lifecycle import CallListener, Execution, Plan, planned_entry
+from .lifecycle import CallListener, CancelFlag, Execution, Plan, planned_entry
 
 # (command, cwd, workspace, the request's env) → verdict
 Classify = Callable[[str, str | None, str | None, Mapping[str, str]], Verdict]
@@ -78,13 +77,11 @@ class CommandKind:
         return self._execution(requests.from_json(entry.input_json), entry.idempotency)
 
     def _execution(self, request: CommandRequest, idempotency: Idempotency) -> Execution:
-        def work(
-            started: LedgerEntry, cancel: threading.Event, listener: CallListener
-        ) -> LedgerEntry:
+        def work(started: LedgerEntry, cancel: CancelFlag, listener: CallListener) -> LedgerEntry:
             outcome = self._sandbox.run(
                 self._spec(started, request), listener.output, cancel, call_id=started.call_id
             )
-            return finished_entry(started, outcome, time.time())
+            return finished_entry(started, outcome, time.time(), cancel.why)
 
         return Execution(work, exclusive=idempotency is not Idempotency.IDEMPOTENT)
 
@@ -107,8 +104,11 @@ class CommandKind:
         )
 
 
-def finished_entry(entry: LedgerEntry, outcome: ProcessOutcome, now: float) -> LedgerEntry:
-    """The final ledger entry for a call that was started: status, code and sentence."""
+def finished_entry(
+    entry: LedgerEntry, outcome: ProcessOutcome, now: float, cancelled_by: str = ""
+) -> LedgerEntry:
+    """The final ledger entry for a call that was started: status, code and sentence
+    (``cancelled_by``: who cancelled it, when it was)."""
     known_idempotent = entry.idempotency is Idempotency.IDEMPOTENT
     common: dict[str, Any] = {
         "finished_at": now,
@@ -117,6 +117,13 @@ def finished_entry(entry: LedgerEntry, outcome: ProcessOutcome, now: float) -> L
         "exit_code": outcome.exit_code,
     }
     check = f"Check its effects first (`shellward show {entry.call_id}`) or ask the user."
+    why = cancelled_by or "the daemon shut down"
+    if not outcome.started and outcome.cancelled:  # killed before bwrap spawned the command
+        return replace(
+            entry, status=CallStatus.FAILED, code=Code.INTERRUPTED, **common,
+            note="; ".join(filter(None, [entry.note, f"cancelled: {why}"])),
+            content=f"The call was cancelled before the command started ({why}). Nothing ran.",
+        )  # fmt: skip
     if not outcome.started:
         return replace(
             entry, status=CallStatus.FAILED, code=Code.SANDBOX_ERROR, **common,
@@ -139,9 +146,11 @@ def finished_entry(entry: LedgerEntry, outcome: ProcessOutcome, now: float) -> L
     if outcome.cancelled:
         code = Code.INTERRUPTED if known_idempotent else Code.SIDE_EFFECT_UNCERTAIN
         advice = "It only reads, so running it again is safe." if known_idempotent else check
+        why = cancelled_by or "the daemon shut down"
         return replace(
             entry, status=CallStatus.UNCERTAIN, code=code, **common,
-            content=f"The daemon shut down while the command ran and killed it. {advice}",
+            note="; ".join(filter(None, [entry.note, f"cancelled: {why}"])),
+            content=f"The command was killed while it ran ({why}). {advice}",
         )  # fmt: skip
     if outcome.exit_code == 0:
         return replace(

@@ -43,7 +43,13 @@ from shellward.types import (
     Verdict,
 )
 from shellwardd import outcomes, requests
-from shellwardd.errors import LedgerError, PermissionDenied, ShellwardError, Unavailable
+from shellwardd.errors import (
+    Interrupted,
+    LedgerError,
+    PermissionDenied,
+    ShellwardError,
+    Unavailable,
+)
 from shellwardd.ledger import KeyTaken, LedgerStore
 from shellwardd.outcomes import reconcile, refusal, result_from_entry
 from shellwardd.replay import Action, key_taken
@@ -71,8 +77,21 @@ class Silent:
         pass
 
 
+class CancelFlag(threading.Event):
+    """A running call's cancel flag, and who set it (the call's final sentence says so)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.why = ""
+
+    def cancel(self, why: str) -> None:
+        if not self.is_set():  # the first reason wins: it is what stopped the call
+            self.why = why
+            self.set()
+
+
 # The effect itself: (the started entry, a cancel flag, the listener) → the final entry.
-Work = Callable[[LedgerEntry, threading.Event, CallListener], LedgerEntry]
+Work = Callable[[LedgerEntry, CancelFlag, CallListener], LedgerEntry]
 
 
 @dataclass(frozen=True)
@@ -155,7 +174,9 @@ class Tracker:
     def __init__(self) -> None:
         self.changed = threading.Condition()
         self.accepting = True
-        self._running: dict[str, threading.Event] = {}
+        self._running: dict[str, CancelFlag] = {}
+        # Calls cancelled before they took their running slot, with who cancelled them.
+        self._doomed: dict[str, str] = {}
 
     @property
     def count(self) -> int:
@@ -167,10 +188,12 @@ class Tracker:
             raise Unavailable("the daemon is shutting down; retry once it is back")
 
     @contextlib.contextmanager
-    def running(self, call_id: str) -> Iterator[threading.Event]:
-        cancel = threading.Event()
+    def running(self, call_id: str) -> Iterator[CancelFlag]:
+        cancel = CancelFlag()
         with self.changed:
             self._running[call_id] = cancel
+            if call_id in self._doomed:
+                cancel.cancel(self._doomed.pop(call_id))
         try:
             yield cancel
         finally:
@@ -182,6 +205,16 @@ class Tracker:
         with self.changed:
             self.changed.notify_all()
 
+    def cancel(self, call_id: str, why: str) -> None:
+        """Cancel a call: at once if it runs, else as soon as it would start (it then ends
+        without starting: a call that waits for its workspace is cancelled too)."""
+        with self.changed:
+            flag = self._running.get(call_id)
+            if flag is None:
+                self._doomed[call_id] = why
+            else:
+                flag.cancel(why)
+
     def drain(self, grace_period: float) -> int:
         """Wait up to ``grace_period`` for running calls, then cancel the rest and wait for
         them to be recorded. Returns how many were cancelled."""
@@ -191,7 +224,7 @@ class Tracker:
                 self.changed.wait(timeout=max(deadline - time.monotonic(), 0.01))
             cancelled = list(self._running.values())
             for cancel in cancelled:
-                cancel.set()
+                cancel.cancel("the daemon shut down")
             while self._running:
                 self.changed.wait(timeout=1.0)
         return len(cancelled)
@@ -291,6 +324,8 @@ class Lifecycle:
             try:
                 window = self._open_window(entry, execution, taken)
                 cancel = taken.enter_context(self._tracker.running(entry.call_id))
+                if cancel.is_set():
+                    raise Interrupted(f"The call was cancelled before it started ({cancel.why}).")
                 started_at = time.time()
                 self._ledger.mark_started(entry.call_id, started_at)
             except LedgerError as exc:
@@ -330,7 +365,7 @@ class Lifecycle:
         self,
         execution: Execution,
         started: LedgerEntry,
-        cancel: threading.Event,
+        cancel: CancelFlag,
         listener: CallListener,
         window: _Window | None,
     ) -> LedgerEntry:
