@@ -28,6 +28,7 @@ import grpc.aio
 from shellward import _wire
 from shellward.types import Code
 
+
 class ShellwardError(Exception):
     def __init__(
         self,

@@ -240,6 +240,7 @@ class LedgerStore(Protocol):
         status: CallStatus | None = None,
         limit: int = 50,
         daemon_id: str = "",
+        before: tuple[float, str] | None = None,
     ) -> builtins.list[LedgerEntry]: ...
 
     def transitions(self, call_id: str) -> builtins.list[Transition]: ...

@@ -61,6 +61,9 @@ def test_an_abandoned_stream_cancels_its_call(daemon: Daemon, client: Client) ->
         )
         assert next(stream).HasField("accepted")
         _started(client, "c2")
+        # The command itself runs (a cancel during the sandbox's set-up ends the call
+        # failed/INTERRUPTED instead: nothing ran).
+        wait_for(lambda: host_processes("sleep 342"))
         stream.cancel()  # what Ctrl-C in `shellward run` does to its stream
     wait_for(lambda: (_status(client, "c2") or CallStatus.STARTED).is_final)
     entry = client.get_call(run_id="c2", step_id="1")
@@ -76,6 +79,7 @@ def test_shellward_cancel_on_the_command_line(
     )
     runner.start()
     call_id = _started(client, "c3")
+    wait_for(lambda: host_processes("sleep 343"))
     code = main(["--socket", str(daemon.socket), "cancel", call_id[:8], "--json"])
     runner.join(timeout=60)
     assert code == 0
