@@ -222,11 +222,12 @@ class ShellwardMcp:
 
 
 def _step(argument: object, meta: types.RequestParamsMeta | None) -> str:
-    """The step: the argument, else the host's request metadata, else none."""
+    """The step: the argument, else the host's request metadata, else a new one (the
+    daemon takes a run id only with a step id; a call without a step is a new call)."""
     if argument is None and meta:
         argument = meta.get(STEP_META_KEY)
     if argument is None or argument == "":
-        return ""
+        return f"unnamed-{uuid.uuid4()}"
     if not isinstance(argument, str):
         raise InvalidRequest(f"step_id must be a string, got {argument!r}")
     return argument
