@@ -26,6 +26,7 @@ def _sha(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
+@pytest.mark.timeout(600)  # 300 calls through the daemon; slow on a loaded 2-core machine
 def test_read_file_never_returns_outside_content_while_a_directory_is_swapped(
     client: Client, tmp_path: Path, workspace: Path
 ) -> None:
@@ -41,6 +42,7 @@ def test_read_file_never_returns_outside_content_while_a_directory_is_swapped(
     assert codes.get(Code.PERMISSION_DENIED)  # the swap really happened under the reads
 
 
+@pytest.mark.timeout(600)
 def test_write_file_never_writes_outside_while_a_directory_is_swapped(
     client: Client, tmp_path: Path, workspace: Path
 ) -> None:
