@@ -216,6 +216,11 @@ class AsyncClient(BaseClient):
             user=user, rpc_timeout=rpc_timeout,
         ))  # fmt: skip
 
+    async def compensate(self, call_id: str, *, rpc_timeout: float | None = None) -> CommandResult:
+        """Run the compensation configured for a business tool call, through the ledger:
+        a second request answers the first one's result and sends nothing."""
+        return await self._send(calls.compensate(call_id, rpc_timeout))
+
     async def list_tools(self) -> list[ToolInfo]:
         """Every tool the daemon offers, classified."""
         return await self._send(calls.list_tools())

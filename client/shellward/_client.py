@@ -216,6 +216,11 @@ class Client(BaseClient):
             user=user, rpc_timeout=rpc_timeout,
         ))  # fmt: skip
 
+    def compensate(self, call_id: str, *, rpc_timeout: float | None = None) -> CommandResult:
+        """Run the compensation configured for a business tool call, through the ledger:
+        a second request answers the first one's result and sends nothing."""
+        return self._send(calls.compensate(call_id, rpc_timeout))
+
     def list_tools(self) -> list[ToolInfo]:
         """Every tool the daemon offers, classified."""
         return self._send(calls.list_tools())

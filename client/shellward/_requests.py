@@ -181,6 +181,11 @@ def call_tool(
     return Rpc("CallTool", request, _wire.tool_result_from_wire, rpc_timeout)
 
 
+def compensate(call_id: str, rpc_timeout: float | None) -> Rpc[CommandResult]:
+    request = pb.CompensateRequest(call_id=call_id)
+    return Rpc("Compensate", request, _wire.tool_result_from_wire, rpc_timeout)
+
+
 def wait_call(call_id: str, timeout: float) -> Rpc[CommandResult]:
     request = pb.WaitCallRequest(call_id=call_id, timeout_seconds=timeout)
     return Rpc("WaitCall", request, _wire.result_from_wire, timeout + WAIT_MARGIN_SECONDS)

@@ -7,6 +7,9 @@
     ├── Interrupted            cancelled before it started: nothing ran
     ├── NotFound               unknown call id, or no such file
     ├── Conflict               a file is not at the hash the caller based its edit on
+    ├── SideEffectUncertain    a call's outcome is unknown: check before acting on it
+    ├── InProgress             the call named is not final yet: wait for it
+    ├── RecordExpired          what is needed of a call is past its retention
     ├── SandboxUnavailable     bwrap missing or unusable
     ├── Unavailable            busy right now (shutting down, still indexing): retry
     │   └── LedgerBusy         another process held the ledger past the busy timeout
@@ -58,6 +61,19 @@ class NotFound(ShellwardError):
 
 class Conflict(ShellwardError):
     code = Code.CONFLICT
+
+
+class SideEffectUncertain(ShellwardError):
+    code = Code.SIDE_EFFECT_UNCERTAIN
+
+
+class InProgress(ShellwardError):
+    code = Code.IN_PROGRESS
+    retryable = True
+
+
+class RecordExpired(ShellwardError):
+    code = Code.RECORD_EXPIRED
 
 
 class SandboxUnavailable(ShellwardError):

@@ -134,7 +134,10 @@ def already_applied(previous: LedgerEntry) -> CommandResult:
     )
 
 
-def conflict_content(call_id: str, previous: LedgerEntry, conflicts: tuple[str, ...]) -> str:
+def conflict_content(
+    call_id: str, previous: LedgerEntry, conflicts: tuple[str, ...], remedy: str = ""
+) -> str:
+    """``remedy``: how to revert ``previous`` instead (its compensation), when there is one."""
     shown = ", ".join(conflicts[:5]) + (
         f" and {len(conflicts) - 5} more" if len(conflicts) > 5 else ""
     )
@@ -142,6 +145,7 @@ def conflict_content(call_id: str, previous: LedgerEntry, conflicts: tuple[str, 
         f"Running call {previous.call_id} again is not safe without a look: files it changed "
         f"were changed by someone else since ({shown}). Nothing ran. A human must approve the "
         f"new attempt, call {call_id} (shellward approve {call_id}); wait for it with WaitCall."
+        + (f" {remedy}" if remedy else "")
     )
 
 

@@ -31,7 +31,7 @@ from shellward.types import (
     Verdict,
     WorkspaceStatus,
 )
-from shellwardd import outcomes, requests
+from shellwardd import compensate, outcomes, requests
 from shellwardd.builtin_tools import BUILTIN_TOOLS
 from shellwardd.calls import (
     CallListener,
@@ -45,7 +45,13 @@ from shellwardd.calls import (
 )
 from shellwardd.calls.command import Classify
 from shellwardd.config import Config
-from shellwardd.errors import InvalidArgument, LedgerError, NotFound, Unavailable
+from shellwardd.errors import (
+    InvalidArgument,
+    LedgerError,
+    NotFound,
+    ShellwardError,
+    Unavailable,
+)
 from shellwardd.ledger import LedgerStore
 from shellwardd.outcomes import already_applied, conflict_content, refusal, result_from_entry
 from shellwardd.replay import (
@@ -369,6 +375,9 @@ class Runtime:
         if decision.action is Action.RETURN_RECORDED:
             return result_from_entry(previous, replayed=True)
         if decision.action is Action.REFUSE:
+            remedy = self._remedy(previous) if decision.code is Code.SIDE_EFFECT_UNCERTAIN else ""
+            if remedy:
+                decision = replace(decision, content=f"{decision.content} {remedy}")
             return refusal(
                 decision, previous.call_id, (previous.run_id, previous.step_id), previous
             )
@@ -376,8 +385,45 @@ class Runtime:
             return already_applied(previous)
         approval = None
         if decision.action is Action.ASK:
-            approval = (Code.CONFLICT, conflict_content(call_id, previous, decision.conflicts))
+            content = conflict_content(
+                call_id, previous, decision.conflicts, self._remedy(previous)
+            )
+            approval = (Code.CONFLICT, content)
         return self._lifecycle.attempt(kind, call_id, input_hash, request, listener, approval)
+
+    # --- compensation --------------------------------------------------------------
+
+    def compensate(self, call_id: str) -> CommandResult:
+        """Run the compensation of a business tool call through the ledger, once: a second
+        request answers the first one's result (``shellwardd.compensate``)."""
+        if not call_id:
+            raise InvalidArgument("give the call_id of the business tool call to compensate")
+        original = self.get_call(call_id)
+        if original.tool_name == TOOL_RUN_COMMAND or original.tool_name in BUILTIN_TOOLS:
+            raise InvalidArgument(
+                f"call {original.call_id} is {original.tool_name}: compensation is for business "
+                "tools (MCP servers); its effects are files. Nothing was sent."
+            )
+        if self._registry is None:
+            raise NotFound(
+                f"call {original.call_id} used {original.tool_name}, but this daemon has no "
+                "MCP servers configured (--tools-config), so nothing can compensate it"
+            )
+        tool = self._registry.resolve(original.tool_name)
+        request = compensate.request_for(
+            original, tool, now=time.time(), retention=self._config.retention_seconds
+        )
+        log.info("compensating", extra={"call_id": original.call_id, "tool": request.tool})
+        return self._call(self._business, request, self._business.input_hash(request), Silent())
+
+    def _remedy(self, previous: LedgerEntry) -> str:
+        """The sentence naming ``previous``'s compensation, or "" when it has none."""
+        if self._registry is None or previous.tool_name in self._kinds:
+            return ""
+        try:
+            return compensate.hint(previous, self._registry.resolve(previous.tool_name))
+        except ShellwardError:  # its server or tool is gone: nothing to offer
+            return ""
 
     # --- approvals -----------------------------------------------------------------
 

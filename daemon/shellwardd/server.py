@@ -72,7 +72,9 @@ SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Shellward"].full_name
 # ListApprovals, health): a full daemon refuses a new long call, it never stops answering.
 MAX_WORKERS = 128
 LONG_SLOTS = 112
-LONG_METHODS = frozenset({"RunCommand", "Replay", "WaitCall", "CallTool", "CancelCall"})
+LONG_METHODS = frozenset(
+    {"RunCommand", "Replay", "WaitCall", "CallTool", "CancelCall", "Compensate"}
+)
 # ListCalls pages: the default and largest page size, and the byte size a page stops short
 # of, below the 4 MiB every gRPC client accepts by default, whatever its language.
 DEFAULT_PAGE_SIZE = 50
@@ -222,6 +224,12 @@ class ShellwardServicer(pb_grpc.ShellwardServicer):
             user=request.user,
         )
         return _wire.tool_result_to_wire(self._runtime.call_tool(tool_request))
+
+    def Compensate(
+        self, request: pb.CompensateRequest, context: grpc.ServicerContext
+    ) -> pb.ToolResult:
+        result = _unary(context, request, lambda: self._runtime.compensate(request.call_id))
+        return _wire.tool_result_to_wire(result)
 
     def ListTools(
         self, request: pb.ListToolsRequest, context: grpc.ServicerContext

@@ -38,6 +38,8 @@ def cli_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
         f"command = {json.dumps([sys.executable, str(MOCK)])}\n"
         f"env = {{ MOCK_LOG = {json.dumps(str(root / 'mock-log.jsonl'))}, "
         f"MOCK_DESCRIPTIONS = {json.dumps(str(_descriptions(workspace)))} }}\n"
+        '[[tool]]\nserver = "biz"\nname = "create_order"\n'
+        'compensate = { tool = "cancel_order", arguments = { order_id = "{output.order_id}" } }\n'
     )
     handle = start_daemon(
         root / "run" / "shellward.sock", root / "state", workspace, "--tools-config", str(config)
@@ -151,6 +153,23 @@ def test_business_tool_answers_with_json(shellward_process: Shellward) -> None:
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"order_id": "o1", "status": "unknown"}
     assert b"idempotent/auto" in done.stderr
+
+
+def test_compensate_cancels_the_order_once(shellward_process: Shellward) -> None:
+    created = shellward_process(
+        "call", "biz.create_order", "--json", "--arg", "customer_id=c", "--arg", "item=tea",
+        "--arg", "quantity=1",
+    )  # fmt: skip
+    assert created.returncode == 0, created.stderr
+    answer = json.loads(created.stdout)
+    first = shellward_process("compensate", answer["metadata"]["call_id"][:12])
+    assert first.returncode == 0, first.stderr
+    assert json.loads(first.stdout)["status"] == "cancelled"
+    again = shellward_process("compensate", "--json", answer["metadata"]["call_id"])
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["metadata"]["replayed"] is True
+    refused = shellward_process("compensate", "nope")
+    assert refused.returncode == 1 and b"no call 'nope'" in refused.stderr
 
 
 def test_unknown_tool_is_not_found(shellward_process: Shellward) -> None:

@@ -2,7 +2,7 @@
 
 Run it as a script (``python tests/mocks/business_mcp.py``); the tool registry spawns it the
 way it spawns any stdio MCP server. Tools: create_order, get_order_status, charge_customer,
-send_email, create_issue, get_issue_by_idempotency_key, merge_pull_request.
+send_email, create_issue, get_issue_by_idempotency_key, merge_pull_request, cancel_order.
 
 The mutating tools take an optional ``idempotency_key`` argument and behave like a well-behaved
 service: a second request with a key already seen for that tool executes nothing and returns
@@ -65,6 +65,11 @@ TOOLS: dict[str, tuple[str, dict[str, Any], types.ToolAnnotations]] = {
         "Create a new order for a customer.",
         _schema({"customer_id": "string", "item": "string", "quantity": "integer"}, keyed=True),
         types.ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False),
+    ),
+    "cancel_order": (
+        "Cancel an order; an order already cancelled is an error.",
+        _schema({"order_id": "string"}, keyed=True),
+        types.ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=False),
     ),
     "get_order_status": (
         "Return the status of an order.",
@@ -180,11 +185,14 @@ class Service:
         handler = _HANDLERS.get(tool)
         if handler is None:
             return {"error": f"unknown tool {tool}"}, True
-        return handler(self, arguments), False
+        result = handler(self, arguments)
+        return result, "error" in result
 
     def _remember(self, tool: str, key: str | None, result: dict[str, Any]) -> None:
         if tool == "create_order":
-            self.orders[result["order_id"]] = result
+            self.orders[result["order_id"]] = dict(result)
+        if tool == "cancel_order":
+            self.orders[result["order_id"]]["status"] = "cancelled"
         if tool == "create_issue" and key is not None:
             self.issues_by_key[key] = result
         if key is not None and tool in _KEYED:
@@ -206,6 +214,14 @@ def _new_id(prefix: str) -> str:
 
 def _create_order(service: Service, args: dict[str, Any]) -> dict[str, Any]:
     return {"order_id": _new_id("ord"), "status": "created", "item": args.get("item")}
+
+
+def _cancel_order(service: Service, args: dict[str, Any]) -> dict[str, Any]:
+    order = service.orders.get(str(args.get("order_id")))
+    if order is None or order["status"] != "created":
+        return {"error": f"no open order {args.get('order_id')!r}"}
+    order["status"] = "cancelled"
+    return {"order_id": order["order_id"], "status": "cancelled"}
 
 
 def _get_order_status(service: Service, args: dict[str, Any]) -> dict[str, Any]:
@@ -237,6 +253,7 @@ def _merge_pull_request(service: Service, args: dict[str, Any]) -> dict[str, Any
 _HANDLERS: dict[str, Callable[[Service, dict[str, Any]], dict[str, Any]]] = {
     "create_order": _create_order,
     "get_order_status": _get_order_status,
+    "cancel_order": _cancel_order,
     "charge_customer": _charge_customer,
     "send_email": _send_email,
     "create_issue": _create_issue,

@@ -65,6 +65,7 @@ def test_list_and_call(log: Path, connections: list[McpServerConnection]) -> Non
         "create_issue",
         "get_issue_by_idempotency_key",
         "merge_pull_request",
+        "cancel_order",
     }
     assert tools["get_order_status"].annotations == ToolHints(read_only=True)
     assert "idempotency_key" in tools["create_order"].input_schema["properties"]

@@ -13,11 +13,12 @@ import pytest
 from shellward.types import Idempotency, ReplayPolicy
 from shellwardd.errors import InvalidArgument, NotFound
 from shellwardd.tools.classify import Source
+from shellwardd.tools.compensation import Compensation
 from shellwardd.tools.config import ServerConfig, ToolPin, ToolsConfig, Trust
 from shellwardd.tools.keys import KeyScope, default_template
 from shellwardd.tools.mcp_client import OutcomeKind
 from shellwardd.tools.registry import ToolRegistry, description_hash, uncertain_content
-from tests.mocks.business_mcp import executed, read_log
+from tests.mocks.business_mcp import TOOLS, executed, read_log
 
 from .conftest import eventually, mock_server
 
@@ -76,7 +77,7 @@ def test_untrusted_lies_are_ignored_and_a_pin_beats_a_trusted_one(start: Start) 
         mock_server("believed", trust=Trust.TRUSTED, MOCK_LIE="1"),
         pins=(pin,),
     )
-    assert len(registry.list()) == 21
+    assert len(registry.list()) == 3 * len(TOOLS)
     untrusted = registry.resolve("biz.create_issue")
     assert (untrusted.verdict.idempotency, untrusted.verdict.replay_policy) == (
         Idempotency.NON_IDEMPOTENT,
@@ -226,6 +227,7 @@ def test_problems_with_pins_and_servers(start: Start) -> None:
     pins = (
         ToolPin("biz", "refund_everything"),
         ToolPin("biz", "send_email", key_argument="dedupe", status_tool="find_email"),
+        ToolPin("biz", "create_order", compensate=Compensation("uncreate_order")),
     )
     broken = ServerConfig(name="broken", command=("/nonexistent/mcp-server",))
     registry = start(mock_server("biz"), broken, pins=pins)
@@ -233,6 +235,9 @@ def test_problems_with_pins_and_servers(start: Start) -> None:
     assert any("server `biz` offers no tool `refund_everything`" in p for p in problems)
     assert any("key_argument `dedupe` is not an argument of biz.send_email" in p for p in problems)
     assert any("status_tool `find_email` is not a tool of server `biz`" in p for p in problems)
+    assert any(
+        "compensate.tool `uncreate_order` is not a tool of server `biz`" in p for p in problems
+    )
     assert any(p.startswith("MCP server `broken`: could not start") for p in problems)
     # The working server's tools are there all the same.
-    assert len(registry.list()) == 7
+    assert len(registry.list()) == len(TOOLS)

@@ -26,6 +26,7 @@ from ._base import (
     connect,
     env_pair,
     error,
+    find_call,
     identity,
     positive,
     subparser,
@@ -208,6 +209,53 @@ def _add_call(commands: Commands) -> None:
     add_json(call, "print only the structured result, with `output` and `idempotency_key`, as JSON")
 
 
+COMPENSATE_EPILOG = """\
+Runs the compensation the tools configuration names for a business tool call (its [[tool]]
+table's `compensate`, e.g. cancel_order for create_order), with arguments filled from that
+call's recorded input and answer. It goes through the ledger as the step
+`compensate:<CALL_ID>`: compensating the same call again answers the first compensation's
+result and sends nothing. Refused, nothing sent, when the tool has no compensation, the call
+did not take effect, is not finished, or is uncertain in a way that cannot be compensated
+safely (the daemon's sentence says what to do instead).
+
+exit status: as `shellward call`: 0 compensated (or answered from the ledger); 124 sent,
+outcome unknown; 125 nothing ran; 1 the compensating tool failed or the daemon refused.
+
+examples:
+  shellward compensate 3f2a9c1e
+  shellward compensate --json 3f2a9c1e | jq .output
+"""
+
+
+def cmd_compensate(args: argparse.Namespace) -> int:
+    with connect(args) as client:
+        original = find_call(client, args.call_id)
+        result = client.compensate(original.call_id)
+    accepted = not result.replayed
+    if args.json:
+        print(result_json(result, tool=True))
+    else:
+        if result.output is not None:
+            print(_render.to_json(result.output), flush=True)
+        print_run_summary(result, accepted=accepted, content=True)
+    return call_exit_code(result, accepted=accepted)
+
+
+def _add_compensate(commands: Commands) -> None:
+    compensate = subparser(
+        commands,
+        "compensate",
+        cmd_compensate,
+        "Revert a business tool call with its configured compensating tool, once.",
+        COMPENSATE_EPILOG,
+    )
+    compensate.add_argument(
+        "call_id", metavar="CALL_ID", help="the business tool call, or a unique prefix of its id"
+    )
+    add_json(compensate, "print only the structured result of the compensating call, as JSON")
+
+
 def add(commands: Commands) -> None:
     _add_tools(commands)
     _add_call(commands)
+    _add_compensate(commands)

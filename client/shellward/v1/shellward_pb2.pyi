@@ -687,3 +687,9 @@ class RuleFileCheck(_message.Message):
     layer: str
     problems: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, path: _Optional[str] = ..., layer: _Optional[str] = ..., problems: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class CompensateRequest(_message.Message):
+    __slots__ = ("call_id",)
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    call_id: str
+    def __init__(self, call_id: _Optional[str] = ...) -> None: ...

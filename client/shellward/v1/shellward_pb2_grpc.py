@@ -139,6 +139,11 @@ class ShellwardStub:
                 request_serializer=shellward_dot_v1_dot_shellward__pb2.ListToolsRequest.SerializeToString,
                 response_deserializer=shellward_dot_v1_dot_shellward__pb2.ListToolsResponse.FromString,
                 _registered_method=True)
+        self.Compensate = channel.unary_unary(
+                '/shellward.v1.Shellward/Compensate',
+                request_serializer=shellward_dot_v1_dot_shellward__pb2.CompensateRequest.SerializeToString,
+                response_deserializer=shellward_dot_v1_dot_shellward__pb2.ToolResult.FromString,
+                _registered_method=True)
         self.CheckRules = channel.unary_unary(
                 '/shellward.v1.Shellward/CheckRules',
                 request_serializer=shellward_dot_v1_dot_shellward__pb2.CheckRulesRequest.SerializeToString,
@@ -293,6 +298,20 @@ class ShellwardServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Compensate(self, request, context):
+        """Runs the compensation configured for a business tool call (its [[tool]] table's
+        `compensate`), through the ledger under the step "compensate:<call_id>": a second
+        request answers the first one's result and sends nothing. A call that cannot be
+        compensated is refused by status, nothing sent: INVALID_ARGUMENT (no compensation
+        configured, not a business tool, it did not take effect), IN_PROGRESS (not final yet),
+        SIDE_EFFECT_UNCERTAIN (uncertain and maybe never sent, or the compensation needs its
+        unknown answer), RECORD_EXPIRED, NOT_FOUND. Once the compensating call exists its
+        outcome is in-band, as CallTool's.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def CheckRules(self, request, context):
         """Checks rule files as the daemon would load them (its user file, a workspace's
         repository file with that workspace's trust); nothing is reloaded.
@@ -373,6 +392,11 @@ def add_ShellwardServicer_to_server(servicer, server):
                     servicer.ListTools,
                     request_deserializer=shellward_dot_v1_dot_shellward__pb2.ListToolsRequest.FromString,
                     response_serializer=shellward_dot_v1_dot_shellward__pb2.ListToolsResponse.SerializeToString,
+            ),
+            'Compensate': grpc.unary_unary_rpc_method_handler(
+                    servicer.Compensate,
+                    request_deserializer=shellward_dot_v1_dot_shellward__pb2.CompensateRequest.FromString,
+                    response_serializer=shellward_dot_v1_dot_shellward__pb2.ToolResult.SerializeToString,
             ),
             'CheckRules': grpc.unary_unary_rpc_method_handler(
                     servicer.CheckRules,
@@ -793,6 +817,33 @@ class Shellward:
             '/shellward.v1.Shellward/ListTools',
             shellward_dot_v1_dot_shellward__pb2.ListToolsRequest.SerializeToString,
             shellward_dot_v1_dot_shellward__pb2.ListToolsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Compensate(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shellward.v1.Shellward/Compensate',
+            shellward_dot_v1_dot_shellward__pb2.CompensateRequest.SerializeToString,
+            shellward_dot_v1_dot_shellward__pb2.ToolResult.FromString,
             options,
             channel_credentials,
             insecure,

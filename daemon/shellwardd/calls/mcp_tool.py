@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from shellward.types import CallStatus, CapturedOutput, Code, Idempotency, LedgerEntry, Verdict
-from shellwardd import requests
+from shellwardd import compensate, requests
 from shellwardd.builtin_tools import BUILTIN_TOOLS
 from shellwardd.config import Config
 from shellwardd.errors import NotFound
@@ -158,10 +158,13 @@ def finished_entry(
             content=f"{name} did not answer ({outcome.detail}). It only reads, so retrying is "
             "safe, with a longer timeout if it is slow.",
         )  # fmt: skip
-    return replace(
+    uncertain = replace(
         entry, status=CallStatus.UNCERTAIN, code=Code.SIDE_EFFECT_UNCERTAIN, **common,
-        content=uncertain_content(tool, outcome, key),
+        note="; ".join(filter(None, [entry.note, compensate.SENT_UNANSWERED])),
     )  # fmt: skip
+    remedy = compensate.hint(uncertain, tool)
+    content = uncertain_content(tool, outcome, key)
+    return replace(uncertain, content=f"{content} {remedy}" if remedy else content)
 
 
 def _capped_text(output: CapturedOutput) -> str:

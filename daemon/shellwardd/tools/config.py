@@ -42,6 +42,8 @@ from shellward.types import Idempotency, ReplayPolicy
 from shellwardd.errors import ConfigError
 from shellwardd.tomlfile import Block, TomlFile, read_text
 
+from .compensation import Compensation
+from .compensation import template_problem as compensation_problem
 from .keys import KeyScope, default_template, template_problem
 
 DEFAULT_TIMEOUT_SECONDS = 60.0
@@ -60,6 +62,7 @@ _TOOL_FIELDS = (
     "object_argument",
     "key_scope",
     "status_tool",
+    "compensate",
 )
 
 
@@ -107,6 +110,8 @@ class ToolPin:
     object_argument: str = ""
     key_scope: KeyScope = KeyScope.RUN
     status_tool: str = ""
+    # The tool of the same server that reverts a call (`shellward compensate`).
+    compensate: Compensation | None = None
     origin: str = ""
 
 
@@ -296,5 +301,28 @@ def _read_pin(t: _Table) -> ToolPin:
         object_argument=object_argument,
         key_scope=scope,
         status_tool=t.string("status_tool"),
+        compensate=_read_compensation(t, name),
         origin=t.origin,
     )
+
+
+def _read_compensation(t: _Table, name: str) -> Compensation | None:
+    value = t.table.get("compensate")
+    if value is None:
+        return None
+    example = 'compensate = { tool = "cancel_order", arguments = { order_id = "{output.id}" } }'
+    if not isinstance(value, dict) or set(value) - {"tool", "arguments"}:
+        t.fail("compensate", f"tool `{name}`: `compensate` must be a table like {example}")
+    tool = value.get("tool")
+    if not isinstance(tool, str) or not _NAME.fullmatch(tool):
+        t.fail(
+            "compensate",
+            f"tool `{name}`: `compensate.tool` must name a tool of the same server ({example})",
+        )
+    arguments = value.get("arguments", {})
+    if not isinstance(arguments, dict):
+        t.fail("compensate", f"tool `{name}`: `compensate.arguments` must be a table")
+    problem = compensation_problem(arguments)
+    if problem:
+        t.fail("compensate", f"tool `{name}`: {problem}")
+    return Compensation(tool, types.MappingProxyType(dict(arguments)))

@@ -260,6 +260,11 @@ class ToolRegistry:
                         f"{pin.origin}: {label} `{argument}` is not an argument of"
                         f" {server.name}.{pin.name}"
                     )
+            if pin.compensate is not None and pin.compensate.tool not in offered:
+                problems.append(
+                    f"{pin.origin}: compensate.tool `{pin.compensate.tool}` is not a tool of"
+                    f" server `{server.name}`"
+                )
             if pin.status_tool and pin.status_tool not in offered:
                 problems.append(
                     f"{pin.origin}: status_tool `{pin.status_tool}` is not a tool of"
