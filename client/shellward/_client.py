@@ -221,6 +221,30 @@ class Client(BaseClient):
         a second request answers the first one's result and sends nothing."""
         return self._send(calls.compensate(call_id, rpc_timeout))
 
+    def undo(
+        self, call_id: str, *, cwd: PathLike = None, rpc_timeout: float | None = None
+    ) -> CommandResult:
+        """Put back the files a call changed, where they are still as it left them; a
+        second undo answers ALREADY_APPLIED. Refusals raise (CONFLICT: ``code``)."""
+        (result,) = self._send(
+            calls.undo(call_id, run_id="", from_step="", cwd=cwd, rpc_timeout=rpc_timeout)
+        )
+        return result
+
+    def undo_run(
+        self,
+        run_id: str,
+        from_step: str,
+        *,
+        cwd: PathLike = None,
+        rpc_timeout: float | None = None,
+    ) -> list[CommandResult]:
+        """Undo a run's steps from its last back to ``from_step``, newest first; stops at
+        the first that cannot be undone, whose refusal is the last result."""
+        return self._send(calls.undo(
+            "", run_id=run_id, from_step=from_step, cwd=cwd, rpc_timeout=rpc_timeout
+        ))  # fmt: skip
+
     def list_tools(self) -> list[ToolInfo]:
         """Every tool the daemon offers, classified."""
         return self._send(calls.list_tools())

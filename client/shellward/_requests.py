@@ -186,6 +186,18 @@ def compensate(call_id: str, rpc_timeout: float | None) -> Rpc[CommandResult]:
     return Rpc("Compensate", request, _wire.tool_result_from_wire, rpc_timeout)
 
 
+def undo(
+    call_id: str, *, run_id: str, from_step: str, cwd: PathLike, rpc_timeout: float | None
+) -> Rpc[list[CommandResult]]:
+    request = pb.UndoRequest(call_id=call_id, run_id=run_id, from_step=from_step, cwd=_cwd(cwd))
+    return Rpc(
+        "Undo",
+        request,
+        lambda reply: [_wire.tool_result_from_wire(r) for r in reply.results],
+        rpc_timeout,
+    )
+
+
 def wait_call(call_id: str, timeout: float) -> Rpc[CommandResult]:
     request = pb.WaitCallRequest(call_id=call_id, timeout_seconds=timeout)
     return Rpc("WaitCall", request, _wire.result_from_wire, timeout + WAIT_MARGIN_SECONDS)

@@ -42,6 +42,8 @@ from shellwardd.calls import (
     McpToolKind,
     Silent,
     Tracker,
+    UndoKind,
+    undo,
 )
 from shellwardd.calls.command import Classify
 from shellwardd.config import Config
@@ -102,6 +104,8 @@ class Runtime:
             **{name: file_tools for name in BUILTIN_TOOLS},
         }
         self._business = McpToolKind(config, registry)
+        self._undo = UndoKind(config, ledger.get, lambda: ledger.daemon_id)
+        self._kinds[undo.TOOL_UNDO] = self._undo
         self._lock = threading.Lock()
         self._workers: set[threading.Thread] = set()
         # Approved calls this daemon started, kept for its life: an approval here and the
@@ -269,6 +273,13 @@ class Runtime:
     def call_tool(self, request: ToolRequest) -> CommandResult:
         """Call a built-in or business tool (or answer from the ledger). Never raises for
         bad input."""
+        if request.tool == undo.TOOL_UNDO:
+            refused = Decision(
+                Action.REFUSE, Code.INVALID_ARGUMENT,
+                "undo is not called as a tool: use the Undo RPC (shellward undo CALL_ID), "
+                "which checks the call and keys the undo by it. Nothing ran.",
+            )  # fmt: skip
+            return refusal(refused, "", (request.run_id, request.step_id))
         kind = self._kind(request.tool)
         request = replace(request, cwd=requests.canonical_cwd(self._config, request.cwd))
         return self._call(kind, request, kind.input_hash(request), Silent())
@@ -390,6 +401,58 @@ class Runtime:
             )
             approval = (Code.CONFLICT, content)
         return self._lifecycle.attempt(kind, call_id, input_hash, request, listener, approval)
+
+    # --- undo ----------------------------------------------------------------------
+
+    def undo(self, call_id: str, cwd: str = "") -> CommandResult:
+        """Put back the files ``call_id`` changed, as a ledgered call keyed by it: a second
+        undo answers ALREADY_APPLIED. Refusals (conflict, another workspace, evicted
+        images, ...) raise before anything is recorded."""
+        if not call_id:
+            raise InvalidArgument("give the call_id of the call whose file changes to undo")
+        original = self.get_call(call_id)
+        cwd = requests.canonical_cwd(self._config, cwd)
+        done = self._ledger.latest_for_step(*undo.identity(original))
+        if done is not None and done.status is CallStatus.SUCCEEDED:
+            return replace(
+                result_from_entry(done, replayed=True), code=Code.ALREADY_APPLIED,
+                content=f"Call {original.call_id} was already undone by call {done.call_id}; "
+                "nothing ran now.",
+            )  # fmt: skip
+        self._undo.check(original, cwd)
+        request = undo.request_for(original, cwd)
+        log.info("undoing", extra={"call_id": original.call_id})
+        return self._call(self._undo, request, self._undo.input_hash(request), Silent())
+
+    def undo_run(self, run_id: str, from_step: str, cwd: str = "") -> list[CommandResult]:
+        """Undo the steps of ``run_id`` from its last back to ``from_step``, newest first,
+        stopping at the first that cannot be undone (its refusal is the last result)."""
+        if not run_id or not from_step:
+            raise InvalidArgument("give the run_id and the step to undo back to (from_step)")
+        latest: dict[str, LedgerEntry] = {}
+        for entry in self._ledger.list(run_id=run_id, limit=100_000):
+            latest.setdefault(entry.step_id, entry)  # newest first: each step's newest
+        if from_step not in latest:
+            raise NotFound(f"run {run_id!r} has no step {from_step!r} in the ledger")
+        steps = sorted(latest.values(), key=lambda e: e.created_at)
+        start = steps.index(latest[from_step])
+        results: list[CommandResult] = []
+        for entry in reversed(steps[start:]):
+            if entry.step_id.startswith((undo.STEP_PREFIX, compensate.STEP_PREFIX)):
+                continue  # the run's own undos and compensations are not undone again
+            if entry.tool_name not in self._kinds or not entry.file_effects:
+                continue  # business calls (compensate them) and calls that wrote nothing
+            try:
+                result = self.undo(entry.call_id, cwd)
+            except ShellwardError as exc:
+                result = refusal(
+                    Decision(Action.REFUSE, exc.code, exc.message, retryable=exc.retryable),
+                    entry.call_id, (entry.run_id, entry.step_id), entry,
+                )  # fmt: skip
+            results.append(result)
+            if not result.ok:
+                break
+        return results
 
     # --- compensation --------------------------------------------------------------
 

@@ -73,7 +73,7 @@ SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Shellward"].full_name
 MAX_WORKERS = 128
 LONG_SLOTS = 112
 LONG_METHODS = frozenset(
-    {"RunCommand", "Replay", "WaitCall", "CallTool", "CancelCall", "Compensate"}
+    {"RunCommand", "Replay", "WaitCall", "CallTool", "CancelCall", "Compensate", "Undo"}
 )
 # ListCalls pages: the default and largest page size, and the byte size a page stops short
 # of, below the 4 MiB every gRPC client accepts by default, whatever its language.
@@ -230,6 +230,15 @@ class ShellwardServicer(pb_grpc.ShellwardServicer):
     ) -> pb.ToolResult:
         result = _unary(context, request, lambda: self._runtime.compensate(request.call_id))
         return _wire.tool_result_to_wire(result)
+
+    def Undo(self, request: pb.UndoRequest, context: grpc.ServicerContext) -> pb.UndoResponse:
+        def undo() -> list[CommandResult]:
+            if request.call_id:
+                return [self._runtime.undo(request.call_id, request.cwd)]
+            return self._runtime.undo_run(request.run_id, request.from_step, request.cwd)
+
+        results = _unary(context, request, undo)
+        return pb.UndoResponse(results=[_wire.tool_result_to_wire(r) for r in results])
 
     def ListTools(
         self, request: pb.ListToolsRequest, context: grpc.ServicerContext

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -293,3 +294,18 @@ def test_approvals_table_cuts_long_commands_on_a_terminal_only() -> None:
     row = approvals_table([entry], Style(tty=True)).splitlines()[1]
     assert entry.command not in row and "sudo echo aaa" in row and "…" in row
     assert row.endswith("needs a human")
+
+
+def test_undo_puts_back_what_a_call_created_and_twice_is_already_applied(
+    shellward_process: Callable[..., subprocess.CompletedProcess[bytes]], folder: Path
+) -> None:
+    created = shellward_process("run", "--json", "--cwd", str(folder), "--", "echo u > u.txt")
+    call_id = json.loads(created.stdout)["call_id"]
+    assert (folder / "u.txt").exists()
+    first = shellward_process("undo", "--cwd", str(folder), call_id[:12])
+    assert first.returncode == 0, first.stderr
+    assert not (folder / "u.txt").exists()
+    again = shellward_process("undo", "--json", "--cwd", str(folder), call_id)
+    assert again.returncode == 0 and json.loads(again.stdout)[0]["code"] == "ALREADY_APPLIED"
+    usage = shellward_process("undo", "--run", "r1")
+    assert usage.returncode == 2 and b"--run and --from-step go together" in usage.stderr

@@ -58,6 +58,9 @@ examples:
   shellward show 3f2a9c1e
   shellward replay --run-id r1 --step-id s3
   shellward recover r1
+  shellward undo 3f2a9c1e
+  shellward undo --run r1 --from-step s3
+  shellward compensate 3f2a9c1e
   shellward approvals
   shellward approve 3f2a9c1e && shellward wait 3f2a9c1e
   shellward classify --explain 'npm test && git push'

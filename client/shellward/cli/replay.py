@@ -1,4 +1,4 @@
-"""`shellward replay`, `recover` and `wait`: what happens to a call after its first run."""
+"""`shellward replay`, `recover`, `wait` and `undo`: what happens to a call after its first run."""
 
 from __future__ import annotations
 
@@ -8,8 +8,11 @@ from shellward import _render
 from shellward.types import CallStatus
 
 from ._base import (
+    EXIT_NOT_RUN,
+    EXIT_OK,
     Commands,
     UsageError,
+    absolute_cwd,
     add_identity,
     add_json,
     answer,
@@ -179,7 +182,72 @@ def _add_wait(commands: Commands) -> None:
     add_json(wait, "print the structured result as JSON")
 
 
+UNDO_EPILOG = """\
+Puts back the files a call changed: files it created are removed, files it modified or
+deleted are restored from the before-images the daemon kept, renames are reversed. Only
+when every one of them is still exactly as the call left it; otherwise CONFLICT names the
+files changed since and nothing is restored. The undo is itself a ledgered call (tool
+`undo`, step `undo:<CALL_ID>`): undoing the same call again answers ALREADY_APPLIED.
+
+With --run R --from-step S: the run's steps from its last back to S, newest first, each
+undone as above; it stops at the first that cannot be undone and says why. Steps that
+changed no files, business tool calls (see `shellward compensate`) and the run's own undos
+are skipped.
+
+--cwd (default: the current directory) names the workspace: the call must have run in it.
+
+exit status: 0 everything undone (or already undone); 125 a step of a run could not be
+undone; 1 the daemon refused the undo (conflict, expired before-image, another workspace).
+
+examples:
+  shellward undo 3f2a9c1e
+  shellward undo --run r1 --from-step s3
+"""
+
+
+def cmd_undo(args: argparse.Namespace) -> int:
+    if bool(args.call_id) == bool(args.run):
+        raise UsageError("name what to undo: a CALL_ID, or --run R --from-step S")
+    if bool(args.run) != bool(args.from_step):
+        raise UsageError("--run and --from-step go together")
+    cwd = absolute_cwd(args.cwd)
+    with connect(args) as client:
+        if args.call_id:
+            results = [client.undo(find_call(client, args.call_id).call_id, cwd=cwd)]
+        else:
+            results = client.undo_run(args.run, args.from_step, cwd=cwd)
+    if args.json:
+        print("[" + ",\n".join(result_json(r) for r in results) + "]")
+    elif not results:
+        error(f"nothing to undo in run {args.run!r} from step {args.from_step!r}")
+    for result in [] if args.json else results:
+        print_run_summary(result, accepted=not result.replayed, content=True)
+    return EXIT_OK if all(r.ok for r in results) else EXIT_NOT_RUN
+
+
+def _add_undo(commands: Commands) -> None:
+    undo = subparser(
+        commands,
+        "undo",
+        cmd_undo,
+        "Put back the files a call (or a run's steps from one on) changed.",
+        UNDO_EPILOG,
+    )
+    undo.add_argument(
+        "call_id", nargs="?", metavar="CALL_ID", help="a call id, or a unique prefix of one"
+    )
+    undo.add_argument("--run", metavar="R", help="undo this run's steps (with --from-step)")
+    undo.add_argument("--from-step", metavar="S", help="the run's earliest step to undo")
+    undo.add_argument(
+        "--cwd",
+        metavar="DIR",
+        help="the workspace the call ran in (default: the current directory)",
+    )
+    add_json(undo, "a JSON array of the undo calls' results")
+
+
 def add(commands: Commands) -> None:
     _add_replay(commands)
     _add_recover(commands)
     _add_wait(commands)
+    _add_undo(commands)

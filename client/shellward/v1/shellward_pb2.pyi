@@ -693,3 +693,21 @@ class CompensateRequest(_message.Message):
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     call_id: str
     def __init__(self, call_id: _Optional[str] = ...) -> None: ...
+
+class UndoRequest(_message.Message):
+    __slots__ = ("call_id", "run_id", "from_step", "cwd")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    FROM_STEP_FIELD_NUMBER: _ClassVar[int]
+    CWD_FIELD_NUMBER: _ClassVar[int]
+    call_id: str
+    run_id: str
+    from_step: str
+    cwd: str
+    def __init__(self, call_id: _Optional[str] = ..., run_id: _Optional[str] = ..., from_step: _Optional[str] = ..., cwd: _Optional[str] = ...) -> None: ...
+
+class UndoResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[ToolResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[ToolResult, _Mapping]]] = ...) -> None: ...

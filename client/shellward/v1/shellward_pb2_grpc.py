@@ -144,6 +144,11 @@ class ShellwardStub:
                 request_serializer=shellward_dot_v1_dot_shellward__pb2.CompensateRequest.SerializeToString,
                 response_deserializer=shellward_dot_v1_dot_shellward__pb2.ToolResult.FromString,
                 _registered_method=True)
+        self.Undo = channel.unary_unary(
+                '/shellward.v1.Shellward/Undo',
+                request_serializer=shellward_dot_v1_dot_shellward__pb2.UndoRequest.SerializeToString,
+                response_deserializer=shellward_dot_v1_dot_shellward__pb2.UndoResponse.FromString,
+                _registered_method=True)
         self.CheckRules = channel.unary_unary(
                 '/shellward.v1.Shellward/CheckRules',
                 request_serializer=shellward_dot_v1_dot_shellward__pb2.CheckRulesRequest.SerializeToString,
@@ -312,6 +317,20 @@ class ShellwardServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Undo(self, request, context):
+        """Puts back the files a recorded call changed (created files removed, modified and
+        deleted ones restored from their kept before-images, renames reversed), only when every
+        one is still as the call left it. The undo is itself a ledgered call (tool "undo", step
+        "undo:<call_id>"): undoing twice answers ALREADY_APPLIED. With call_id: one result, and
+        a refusal by status (CONFLICT naming the files changed since, RECORD_EXPIRED for an
+        evicted before-image, PERMISSION_DENIED for a call of another workspace, ...). With
+        run_id and from_step: the run's steps from its last back to from_step, newest first,
+        stopping at the first that cannot be undone, whose refusal is the last result (in-band).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def CheckRules(self, request, context):
         """Checks rule files as the daemon would load them (its user file, a workspace's
         repository file with that workspace's trust); nothing is reloaded.
@@ -397,6 +416,11 @@ def add_ShellwardServicer_to_server(servicer, server):
                     servicer.Compensate,
                     request_deserializer=shellward_dot_v1_dot_shellward__pb2.CompensateRequest.FromString,
                     response_serializer=shellward_dot_v1_dot_shellward__pb2.ToolResult.SerializeToString,
+            ),
+            'Undo': grpc.unary_unary_rpc_method_handler(
+                    servicer.Undo,
+                    request_deserializer=shellward_dot_v1_dot_shellward__pb2.UndoRequest.FromString,
+                    response_serializer=shellward_dot_v1_dot_shellward__pb2.UndoResponse.SerializeToString,
             ),
             'CheckRules': grpc.unary_unary_rpc_method_handler(
                     servicer.CheckRules,
@@ -844,6 +868,33 @@ class Shellward:
             '/shellward.v1.Shellward/Compensate',
             shellward_dot_v1_dot_shellward__pb2.CompensateRequest.SerializeToString,
             shellward_dot_v1_dot_shellward__pb2.ToolResult.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Undo(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shellward.v1.Shellward/Undo',
+            shellward_dot_v1_dot_shellward__pb2.UndoRequest.SerializeToString,
+            shellward_dot_v1_dot_shellward__pb2.UndoResponse.FromString,
             options,
             channel_credentials,
             insecure,
