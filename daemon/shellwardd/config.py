@@ -100,6 +100,8 @@ class Config:
     toolchains: tuple[Path, ...] = ()
     user: str = ""
     retention_seconds: float = 7 * 24 * 3600.0
+    # Most bytes of before-images kept for undo (the oldest calls' go first past it).
+    undo_max_bytes: int = 1 * GIB
     approval_timeout: float = 3600.0
     log_level: str = "info"
     # Secret paths hidden from commands (relative to the home or absolute; globs allowed).
@@ -292,6 +294,14 @@ _OPTIONS = (
         "Seconds a recorded call answers retries of its step (default 604800, 7 days); older "
         "records answer RECORD_EXPIRED instead of running again.",
         kind=float,
+    ),
+    _Option(
+        "--undo-max-bytes",
+        "SHELLWARD_UNDO_MAX_BYTES",
+        "Most bytes of file before-images kept for `shellward undo` (default 1073741824, "
+        "1 GiB); past it the oldest calls' images are evicted first, as are those of calls "
+        "older than --retention. An undo that needs an evicted image answers RECORD_EXPIRED.",
+        kind=int,
     ),
     _Option(
         "--approval-timeout",
@@ -513,6 +523,7 @@ def _validate(values: dict[str, object]) -> Config:
         toolchains=tuple(_toolchain(raw) for raw in _strings(values.get("toolchain"))),
         user=str(values.get("user") or getpass.getuser()),
         retention_seconds=_positive(values, "retention", 7 * 24 * 3600.0),
+        undo_max_bytes=int(_positive(values, "undo_max_bytes", float(GIB))),
         approval_timeout=_positive(values, "approval_timeout", 3600.0),
         log_level=log_level,
         hidden=_hidden(values),

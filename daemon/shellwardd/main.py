@@ -68,6 +68,9 @@ _STARTUP_FAILURES: tuple[tuple[type[ShellwardError], int, str], ...] = (
 
 log = logging.getLogger("shellwardd")
 
+# How often the main loop bounds the undo store (it also does at start-up).
+UNDO_COLLECT_SECONDS = 3600.0
+
 
 def daemon_version() -> str:
     try:
@@ -189,6 +192,7 @@ class Daemon:
         self.runtime = Runtime(
             config, self.ledger, self.rules.classify, self.sandbox, self.monitors, self.registry
         )
+        self._collect_undo_images()
         info = DaemonInfo(
             version=daemon_version(),
             config=config,
@@ -223,6 +227,8 @@ class Daemon:
             if self.signals.reload:
                 self.signals.reload = False
                 self.rules.reload()
+            if time.monotonic() - self._undo_collected >= UNDO_COLLECT_SECONDS:
+                self._collect_undo_images()
             try:
                 self.runtime.keep_lease()
                 self.runtime.expire_approvals()
@@ -230,6 +236,14 @@ class Daemon:
             except LedgerError as exc:
                 log.warning("the ledger did not answer the main loop; trying again",
                             extra={"problem": exc.message})  # fmt: skip
+
+    def _collect_undo_images(self) -> None:
+        """Bound the undo store (never fatal: a store that cannot be collected only grows)."""
+        self._undo_collected = time.monotonic()
+        try:
+            self.runtime.collect_undo_images()
+        except (OSError, ShellwardError) as exc:
+            log.warning("the undo store could not be collected", extra={"problem": str(exc)})
 
     def shutdown(self) -> None:
         grace = 0.0 if self.signals.force_exit else self.config.grace_period

@@ -68,6 +68,7 @@ from shellwardd.replay import (
 from shellwardd.requests import TOOL_RUN_COMMAND, CommandRequest, ToolRequest
 from shellwardd.sandbox import Sandbox
 from shellwardd.tools.registry import ToolRegistry
+from shellwardd.undo import Collected, KeptCall, collect, images_needed
 from shellwardd.watch import WorkspaceMonitor, content_hash
 
 log = logging.getLogger("shellwardd.runtime")
@@ -453,6 +454,22 @@ class Runtime:
             if not result.ok:
                 break
         return results
+
+    def collect_undo_images(self) -> Collected:
+        """Evict the before-images no kept call needs (past --retention, or the oldest
+        calls' past --undo-max-bytes); at start-up and now and then from the main loop."""
+        calls = [
+            KeptCall(entry.created_at, images_needed(entry.file_effects))
+            # Every daemon's calls: in a fleet, over-keeping is safe, under-keeping is not.
+            for entry in self._ledger.list(limit=1_000_000)
+            if entry.file_effects
+        ]
+        collected = collect(
+            self._undo.blobs, calls, max_bytes=self._config.undo_max_bytes,
+            retention=self._config.retention_seconds,
+        )  # fmt: skip
+        log.info("undo images collected", extra=asdict(collected))
+        return collected
 
     # --- compensation --------------------------------------------------------------
 

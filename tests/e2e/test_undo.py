@@ -204,3 +204,28 @@ def test_undo_is_not_a_tool_and_a_business_call_has_no_files(
     with pytest.raises(ShellwardError) as unknown:
         client.undo("no-such-call", cwd=workspace)
     assert unknown.value.code is Code.NOT_FOUND
+
+
+def test_images_past_the_size_bound_are_evicted_at_start_up(
+    daemon: Daemon, client: Client, workspace: Path, tmp_path: Path
+) -> None:
+    (workspace / "f.txt").write_bytes(b"v0\n")
+    store = _keep(daemon, b"v0\n", b"nobody needs this\n")
+    orphan = store.path_of(hashlib.sha256(b"nobody needs this\n").hexdigest())
+    image = store.path_of(hashlib.sha256(b"v0\n").hexdigest())
+    for blob in (orphan, image):
+        os.utime(blob, (1, 1))  # old enough that no commit is still recording it
+    call = _ran(client, "echo v1 > f.txt", workspace)
+    daemon.stop()
+    other = str(tmp_path / "other-workspace")
+    small = start_daemon(
+        daemon.socket, daemon.state_dir, workspace, "--workspace", other, "--undo-max-bytes", "2"
+    )
+    try:
+        with small.client() as again, pytest.raises(ShellwardError, match="no longer") as refused:
+            again.undo(call, cwd=workspace)
+    finally:
+        small.stop()
+    assert refused.value.code is Code.RECORD_EXPIRED
+    assert not orphan.exists()
+    assert (workspace / "f.txt").read_bytes() == b"v1\n"

@@ -162,6 +162,11 @@ def _needs_image(effect: FileEffect) -> bool:
     )
 
 
+def images_needed(effects: Sequence[FileEffect]) -> tuple[str, ...]:
+    """The hex digests of the before-images an undo of ``effects`` reads (for retention)."""
+    return tuple(image.removeprefix(HASH_PREFIX) for e in effects for image in _images(e))
+
+
 def _images(effect: FileEffect) -> list[str]:
     """The before-images restoring ``effect`` needs from the blob store."""
     if _needs_image(effect) and effect.before_hash.startswith(HASH_PREFIX):
