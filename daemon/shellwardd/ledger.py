@@ -63,7 +63,7 @@ from shellward.types import (
 from shellwardd.errors import ConfigError, LedgerBusy, LedgerError
 from shellwardd.statedir import private_file
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # How long a write waits for another process's lock before the call is answered UNAVAILABLE.
 BUSY_TIMEOUT_S = 5.0
 _SQLITE_BUSY_CODES = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED (primary codes)
@@ -167,7 +167,12 @@ def migrations(d: Dialect) -> tuple[tuple[str, ...], ...]:
     expired INTEGER NOT NULL DEFAULT 0
 )""",
     )
-    return (v1, v2)
+    v3 = (
+        # A staged call's commit journal: where its staged writes are and the final status
+        # it reaches once they are applied (JSON), while it is committing or committed.
+        "ALTER TABLE calls ADD COLUMN commit_journal TEXT NOT NULL DEFAULT ''",
+    )
+    return (v1, v2, v3)
 
 
 # Columns written when a call reaches a final state.
@@ -212,6 +217,10 @@ class LedgerStore(Protocol):
     def finish(self, entry: LedgerEntry, detail: str = "") -> None: ...
 
     def transition(self, call_id: str, old: CallStatus, new: CallStatus, detail: str) -> bool: ...
+
+    def begin_commit(self, entry: LedgerEntry, journal: str, detail: str = "") -> None: ...
+
+    def commits(self) -> builtins.list[tuple[LedgerEntry, str]]: ...
 
     def deny_pending(self, call_id: str, content: str, detail: str) -> bool: ...
 
@@ -356,6 +365,36 @@ class SqlLedger:
                 "INSERT INTO transitions (call_id, at, status, detail) VALUES (?, ?, ?, ?)",
                 (entry.call_id, entry.finished_at or time.time(), entry.status.value, detail),
             )
+
+    def begin_commit(self, entry: LedgerEntry, journal: str, detail: str = "") -> None:
+        """Journal a started call's commit: its outcome (``entry``, final status and all)
+        is written with status ``committing`` and the journal (where the staged writes
+        are), before any of them is applied; :meth:`finish` ends it."""
+        row = {**_entry_to_row(entry), "status": CallStatus.COMMITTING.value}
+        assignments = ", ".join(f"{column} = ?" for column in _FINAL_COLUMNS)
+        with self._transaction() as db:
+            updated = db.execute(
+                f"UPDATE calls SET {assignments}, commit_journal = ?"
+                " WHERE call_id = ? AND status = ?",
+                (*(row[column] for column in _FINAL_COLUMNS), journal, entry.call_id,
+                 CallStatus.STARTED.value),
+            ).rowcount  # fmt: skip
+            if updated != 1:
+                raise LedgerError(f"call {entry.call_id} cannot commit: it is not started")
+            db.execute(
+                "INSERT INTO transitions (call_id, at, status, detail) VALUES (?, ?, ?, ?)",
+                (entry.call_id, time.time(), CallStatus.COMMITTING.value, detail),
+            )
+
+    def commits(self) -> builtins.list[tuple[LedgerEntry, str]]:
+        """This daemon's calls left committing or committed (by a crash), with journals."""
+        with self._read() as db:
+            rows = db.execute(
+                "SELECT * FROM calls WHERE daemon_id IN (?, '') AND status IN (?, ?)"
+                f" ORDER BY started_at, {self.dialect.order}",
+                (self.daemon_id, CallStatus.COMMITTING.value, CallStatus.COMMITTED.value),
+            ).fetchall()
+        return [(_entry_from_row(row), row["commit_journal"]) for row in rows]
 
     def transition(self, call_id: str, old: CallStatus, new: CallStatus, detail: str) -> bool:
         """Move a call from ``old`` to ``new`` (a non-final step, e.g. approval); False when

@@ -186,6 +186,25 @@ def unwatchable(entry: LedgerEntry, problem: str) -> str:
     )
 
 
+def unstageable(entry: LedgerEntry, problem: str) -> str:
+    return (
+        f"The daemon could not prepare the overlay this call writes into ({problem}); nothing "
+        "ran. This is a problem of the daemon's set-up; tell the user."
+    )
+
+
+def commit_failed(final: LedgerEntry) -> LedgerEntry:
+    """A staged call whose commit failed part-way: some of its writes may be applied."""
+    return replace(
+        final,
+        status=CallStatus.UNCERTAIN,
+        code=Code.SIDE_EFFECT_UNCERTAIN,
+        content="The command ran, but applying its file writes to the workspace failed "
+        "part-way; some may be applied. Check its effects first "
+        f"(`shellward show {final.call_id}`) or ask the user.",
+    )
+
+
 def ledger_busy(problem: str) -> str:
     return f"shellward could not record the call ({problem}). Nothing ran. Retry in a moment."
 

@@ -67,6 +67,7 @@ from shellwardd.replay import (
 )
 from shellwardd.requests import TOOL_RUN_COMMAND, CommandRequest, ToolRequest
 from shellwardd.sandbox import Sandbox
+from shellwardd.staging.stager import Stager
 from shellwardd.tools.registry import ToolRegistry
 from shellwardd.undo import Collected, KeptCall, collect, images_needed
 from shellwardd.watch import WorkspaceMonitor, content_hash
@@ -90,14 +91,15 @@ class Runtime:
         sandbox: Sandbox,
         monitors: Mapping[Path, WorkspaceMonitor],
         registry: ToolRegistry | None = None,
+        stager: Stager | None = None,
     ) -> None:
         self._config = config
         self._registry = registry
         self._ledger = ledger
         self._monitors = monitors
         self._tracker = Tracker()
-        self._lifecycle = Lifecycle(ledger, monitors, self._tracker)
-        self._commands = CommandKind(config, classify, sandbox)
+        self._lifecycle = Lifecycle(ledger, monitors, self._tracker, stager)
+        self._commands = CommandKind(config, classify, sandbox, stager.area if stager else None)
         # The dispatch table: tool name → kind; any other name is a business tool.
         file_tools = FileToolKind(config)
         self._kinds: dict[str, Kind] = {

@@ -18,6 +18,7 @@ from shellwardd.config import Config, merge_limits
 from shellwardd.errors import InvalidArgument
 from shellwardd.requests import TOOL_RUN_COMMAND, CommandRequest
 from shellwardd.sandbox import ProcessOutcome, Sandbox, SandboxSpec
+from shellwardd.staging.area import StagingArea
 from shellwardd.watch.paths import COOKIE_DIR
 
 from .lifecycle import CallListener, CancelFlag, Execution, Plan, planned_entry
@@ -27,10 +28,18 @@ Classify = Callable[[str, str | None, str | None, Mapping[str, str]], Verdict]
 
 
 class CommandKind:
-    def __init__(self, config: Config, classify: Classify, sandbox: Sandbox) -> None:
+    def __init__(
+        self,
+        config: Config,
+        classify: Classify,
+        sandbox: Sandbox,
+        staging: StagingArea | None = None,
+    ) -> None:
         self._config = config
         self._classify = classify
         self._sandbox = sandbox
+        # None: commands write the workspace directly (no sandbox to mount an overlay in).
+        self._staging = staging
 
     def parse(self, input_json: str) -> CommandRequest:
         return requests.from_json(input_json)
@@ -83,7 +92,11 @@ class CommandKind:
             )
             return finished_entry(started, outcome, time.time(), cancel.why)
 
-        return Execution(work, exclusive=idempotency is not Idempotency.IDEMPOTENT)
+        return Execution(
+            work,
+            exclusive=idempotency is not Idempotency.IDEMPOTENT,
+            staged=self._staging is not None,
+        )
 
     def _spec(self, started: LedgerEntry, request: CommandRequest) -> SandboxSpec:
         """How this call runs in the sandbox (its entry says where, for how long, with what
@@ -101,6 +114,7 @@ class CommandKind:
             hidden=(self._config.state_dir, self._config.socket.parent),
             read_only=(workspace / COOKIE_DIR,),
             toolchains=self._config.toolchains,
+            staged=self._staging.dirs(started.call_id) if self._staging else None,
         )
 
 

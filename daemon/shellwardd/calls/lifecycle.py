@@ -54,7 +54,10 @@ from shellwardd.ledger import KeyTaken, LedgerStore
 from shellwardd.outcomes import reconcile, refusal, result_from_entry
 from shellwardd.replay import Action, key_taken
 from shellwardd.requests import ToolRequest
+from shellwardd.staging.area import StagedDirs, StagingError
+from shellwardd.staging.stager import Stager
 from shellwardd.watch import CallEffects, CallWatch, WorkspaceMonitor
+from shellwardd.watch.detector import StagedView
 
 log = logging.getLogger("shellwardd.calls")
 
@@ -101,6 +104,9 @@ class Execution:
     work: Work
     exclusive: bool  # may write: runs alone in its workspace (inotify cannot tell writers apart)
     watch: bool = True  # False: the effect is outside any workspace (a business tool)
+    # Writes into its own overlay, committed after the work (shellwardd.staging): runs
+    # beside any other call, whatever ``exclusive`` says; only its commit is exclusive.
+    staged: bool = False
 
 
 @dataclass(frozen=True)
@@ -242,13 +248,33 @@ class _Window:
         return self._monitor.finish_call(watch) if watch is not None else None
 
 
+class _Staged:
+    """A staged call's view of its workspace and its overlay; :meth:`close` settles it."""
+
+    def __init__(
+        self, stager: Stager, monitor: WorkspaceMonitor, view: StagedView, dirs: StagedDirs
+    ) -> None:
+        self._stager = stager
+        self._monitor = monitor
+        self._view = view
+        self._dirs = dirs
+
+    def settle(self, final: LedgerEntry) -> LedgerEntry:
+        return self._stager.settle(final, self._dirs, self._view, self._monitor)
+
+
 class Lifecycle:
     def __init__(
-        self, ledger: LedgerStore, monitors: Mapping[Path, WorkspaceMonitor], tracker: Tracker
+        self,
+        ledger: LedgerStore,
+        monitors: Mapping[Path, WorkspaceMonitor],
+        tracker: Tracker,
+        stager: Stager | None = None,
     ) -> None:
         self._ledger = ledger
         self._monitors = monitors
         self._tracker = tracker
+        self._stager = stager
 
     def attempt(
         self,
@@ -338,7 +364,7 @@ class Lifecycle:
 
     def _open_window(
         self, entry: LedgerEntry, execution: Execution, taken: contextlib.ExitStack
-    ) -> _Window | None:
+    ) -> _Window | _Staged | None:
         if not execution.watch:
             return None
         monitor = self._monitors.get(Path(entry.workspace))
@@ -347,6 +373,13 @@ class Lifecycle:
                 f"{entry.workspace} is no longer one of the daemon's workspaces; nothing ran."
             )
         try:
+            if execution.staged and self._stager is not None:
+                view = monitor.begin_staged(timeout=entry.timeout_seconds)
+                taken.callback(view.close)
+                dirs = self._stager.area.create(
+                    entry.call_id, Path(entry.workspace), self._stager.sandbox_owner
+                )
+                return _Staged(self._stager, monitor, view, dirs)
             watch = monitor.begin_call(exclusive=execution.exclusive, timeout=entry.timeout_seconds)
         except TimeoutError as exc:  # IndexNotReady too: still indexing
             progress = monitor.progress()
@@ -357,6 +390,8 @@ class Lifecycle:
             log.error("workspace cannot be watched", extra={"call_id": entry.call_id,
                                                             "problem": exc.message})  # fmt: skip
             raise Unavailable(outcomes.unwatchable(entry, exc.message)) from exc
+        except StagingError as exc:
+            raise Unavailable(outcomes.unstageable(entry, str(exc))) from exc
         window = _Window(monitor, watch)
         taken.callback(window.close)
         return window
@@ -367,7 +402,7 @@ class Lifecycle:
         started: LedgerEntry,
         cancel: CancelFlag,
         listener: CallListener,
-        window: _Window | None,
+        window: _Window | _Staged | None,
     ) -> LedgerEntry:
         """Do the work and observe its effects; never raises."""
         try:
@@ -377,6 +412,13 @@ class Lifecycle:
             final = outcomes.crashed(started, time.time())
         if window is None:
             return final
+        if isinstance(window, _Staged):
+            try:
+                return window.settle(final)
+            except Exception:
+                # The row may be committing: the next start-up finishes it from the journal.
+                log.exception("the commit failed", extra={"call_id": started.call_id})
+                return outcomes.commit_failed(final)
         try:
             effects = window.close()
         except Exception:
