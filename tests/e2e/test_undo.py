@@ -35,15 +35,13 @@ def client(daemon: Daemon) -> Iterator[Client]:
         yield c
 
 
-def _keep(daemon: Daemon, *contents: bytes) -> BlobStore:
-    """The before-images a commit keeps (the staging commit's BlobStore.put_file), put in
-    the daemon's store the same way."""
-    store = BlobStore(daemon.state_dir / "blobs")
-    for content in contents:
-        source = daemon.state_dir.parent / f"image-{hashlib.sha256(content).hexdigest()}"
-        source.write_bytes(content)
-        store.put_file(source)
-    return store
+def _store(daemon: Daemon) -> BlobStore:
+    """The daemon's store of before-images (the staged commit fills it)."""
+    return BlobStore(daemon.state_dir / "blobs")
+
+
+def _image(daemon: Daemon, content: bytes) -> Path:
+    return _store(daemon).path_of(hashlib.sha256(content).hexdigest())
 
 
 def _ran(client: Client, command: str, workspace: Path, **identity: str) -> str:
@@ -75,7 +73,6 @@ def test_undo_of_a_modify_and_a_delete_restores_the_before_images(
 ) -> None:
     (workspace / "f.txt").write_bytes(b"original\n")
     (workspace / "g.txt").write_bytes(b"keep me\n")
-    _keep(daemon, b"original\n", b"keep me\n")
     call = _ran(client, "echo changed > f.txt && rm g.txt", workspace)
     assert client.undo(call, cwd=workspace).ok
     assert (workspace / "f.txt").read_bytes() == b"original\n"
@@ -84,7 +81,6 @@ def test_undo_of_a_modify_and_a_delete_restores_the_before_images(
 
 def test_undo_of_a_rename_moves_it_back(daemon: Daemon, client: Client, workspace: Path) -> None:
     (workspace / "a.txt").write_bytes(b"content\n")
-    _keep(daemon, b"content\n")  # a rename may be observed as a delete and a create
     (workspace / "sub").mkdir()
     call = _ran(client, "mv a.txt sub/b.txt", workspace)
     assert client.undo(call, cwd=workspace).ok
@@ -113,7 +109,6 @@ def test_undo_of_a_run_from_a_step_goes_newest_first(
     daemon: Daemon, client: Client, workspace: Path
 ) -> None:
     (workspace / "a.txt").write_text("v0\n")
-    _keep(daemon, b"v0\n", b"v1\n")
     _ran(client, "echo v1 > a.txt", workspace, run_id="r", step_id="s1")
     _ran(client, "echo b > b.txt", workspace, run_id="r", step_id="s2")
     client.run_command("cat a.txt", cwd=workspace, run_id="r", step_id="read")
@@ -145,7 +140,6 @@ def test_a_symlink_swapped_in_never_lets_the_undo_write_outside(
 ) -> None:
     (workspace / "d").mkdir()
     (workspace / "d" / "f.txt").write_bytes(b"before\n")
-    _keep(daemon, b"before\n")
     call = _ran(client, "echo after > d/f.txt", workspace)
     # The attack: d becomes a link to a directory outside whose f.txt looks exactly as the
     # call left d/f.txt, so that a check by name would pass and the restore would write there.
@@ -165,9 +159,8 @@ def test_a_tampered_before_image_is_refused(
     daemon: Daemon, client: Client, workspace: Path
 ) -> None:
     (workspace / "f.txt").write_bytes(b"good\n")
-    store = _keep(daemon, b"good\n")
     call = _ran(client, "echo after > f.txt", workspace)
-    blob = store.path_of(hashlib.sha256(b"good\n").hexdigest())
+    blob = _image(daemon, b"good\n")
     os.chmod(blob, 0o600)
     blob.write_bytes(b"evil\n")
     with pytest.raises(ShellwardError, match="does not match its hash") as refused:
@@ -181,6 +174,7 @@ def test_an_evicted_before_image_is_record_expired(
 ) -> None:
     (workspace / "f.txt").write_bytes(b"gone\n")
     call = _ran(client, "echo after > f.txt", workspace)
+    _image(daemon, b"gone\n").unlink()  # what eviction does
     with pytest.raises(ShellwardError, match="no longer kept") as refused:
         client.undo(call, cwd=workspace)
     assert refused.value.code is Code.RECORD_EXPIRED
@@ -210,12 +204,13 @@ def test_images_past_the_size_bound_are_evicted_at_start_up(
     daemon: Daemon, client: Client, workspace: Path, tmp_path: Path
 ) -> None:
     (workspace / "f.txt").write_bytes(b"v0\n")
-    store = _keep(daemon, b"v0\n", b"nobody needs this\n")
-    orphan = store.path_of(hashlib.sha256(b"nobody needs this\n").hexdigest())
-    image = store.path_of(hashlib.sha256(b"v0\n").hexdigest())
+    (tmp_path / "orphan").write_bytes(b"nobody needs this\n")
+    _store(daemon).put_file(tmp_path / "orphan")
+    call = _ran(client, "echo v1 > f.txt", workspace)
+    orphan, image = _image(daemon, b"nobody needs this\n"), _image(daemon, b"v0\n")
+    assert image.exists(), "the commit keeps the before-image"
     for blob in (orphan, image):
         os.utime(blob, (1, 1))  # old enough that no commit is still recording it
-    call = _ran(client, "echo v1 > f.txt", workspace)
     daemon.stop()
     other = str(tmp_path / "other-workspace")
     small = start_daemon(
