@@ -173,3 +173,30 @@ def test_uncertain_calls_name_their_compensation_only_when_it_can_run(
         daemon.stop()
     (cancel,) = [e for e in read_log(log) if e["tool"] == "cancel_order"]
     assert cancel["arguments"]["order_id"] == sent.idempotency_key
+
+
+def test_a_conflict_about_a_call_names_its_compensation(
+    tmp_path: Path, workspace: Path, log: Path
+) -> None:
+    config = tmp_path / "tools.toml"
+    config.write_text(
+        '[[server]]\nname = "biz"\n'
+        f"command = {json.dumps([sys.executable, str(MOCK)])}\n"
+        f"env = {{ MOCK_LOG = {json.dumps(str(log))} }}\n\n"
+        '[[tool]]\nserver = "biz"\nname = "create_order"\nidempotency = "conditional"\n'
+        'compensate = { tool = "cancel_order", arguments = { order_id = "{output.order_id}" } }\n'
+    )
+    daemon = start_daemon(
+        tmp_path / "run" / "s.sock", tmp_path / "state", workspace, "--tools-config", str(config)
+    )
+    try:
+        with daemon.client() as client:
+            created = client.call_tool("create_order", ORDER, run_id="r", step_id="s")
+            # A conditional call asked to run again is checked; a business tool's effects
+            # cannot be: a human decides, and the sentence offers the compensation.
+            again = client.replay(created.call_id, rerun=True)
+    finally:
+        daemon.stop()
+    assert again.code is Code.CONFLICT, again.content
+    assert f"shellward compensate {created.call_id}" in again.content
+    assert len(executed(log, "create_order")) == 1
