@@ -20,7 +20,7 @@ import pytest
 
 from shellward import Client
 from shellward.types import Code, ReplayPolicy
-from shellwardd.classifier.toolchains import toolchains_for
+from shellwardd.classifier.toolchains import build_toolchains
 from shellwardd.config import ConfigError, load_config
 from tests.helpers import Daemon, start_daemon
 
@@ -155,10 +155,14 @@ def test_toolchains_are_marked_by_whether_a_workspace_holds_them(tmp_path: Path)
     outside.mkdir(parents=True)
     link = tmp_path / "link"
     link.symlink_to(workspace)
-    marked = toolchains_for(
-        [workspace / ".venv" / "bin", outside, link / ".venv" / "bin"], [workspace]
+    marked = build_toolchains(
+        [workspace / ".venv" / "bin", outside, link / ".venv" / "bin"],
+        [workspace],
+        auto=False,
+        home=tmp_path,
+        reaches=lambda path: True,
     )
-    assert [t.agent_writable for t in marked] == [True, False, True]
+    assert [t.agent_writable for t in marked.operator] == [True, False, True]
 
 
 def test_a_program_called_by_its_path_in_a_trusted_toolchain_keeps_its_rule(
