@@ -200,3 +200,11 @@ def test_user_toolchains_follow_the_workspace_and_unreachable_ones_are_said(
     )
     off = build_toolchains([], [workspace], auto=False, home=home, reaches=lambda p: True)
     assert off.for_workspace(str(workspace)) == ()
+
+
+def test_status_notes_a_venv_python_the_sandbox_user_cannot_reach(workspace: Path) -> None:
+    toolchains = _toolchains(workspace, named=False)
+    unreachable = toolchains.notes(str(workspace), reaches=lambda p: False)
+    assert len(unreachable) == 1 and "python` fails inside" in unreachable[0]
+    assert str(Path("/usr/bin/python3").resolve()) in unreachable[0]
+    assert toolchains.notes(str(workspace), reaches=lambda p: True) == ()
