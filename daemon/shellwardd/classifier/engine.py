@@ -288,7 +288,7 @@ class Analyzer:
     source: str = ""  # the original command string, to map spans of re-parsed code
     # Repository configuration hazards, read once per git directory per command.
     git_hazards: dict[str, list[gitconfig.Hazard]] = field(default_factory=dict)
-    # The operator's toolchain directories, first on the sandbox's PATH.
+    # The call's toolchain directories, first on the sandbox's PATH in this order.
     toolchains: tuple[Toolchain, ...] = ()
 
     def code(

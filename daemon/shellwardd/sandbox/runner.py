@@ -84,8 +84,9 @@ class SandboxSpec:
     # Paths inside the workspace the command may read but not write (the write
     # detector's cookie directory: a forged cookie would close a call's window early).
     read_only: Sequence[Path] = ()
-    # The operator's toolchain directories: first on PATH, and read-only even inside the
-    # workspace, so that no command can replace the program a later `pytest` runs.
+    # The call's toolchain directories (the operator's, the workspace's, the user's), first
+    # on PATH in this order, and read-only even inside the workspace, so that no command
+    # can replace the program a later `pytest` runs.
     toolchains: Sequence[Path] = ()
 
     @property
