@@ -198,6 +198,14 @@ def test_user_toolchains_follow_the_workspace_and_unreachable_ones_are_said(
     assert toolchains.skipped == (
         f"{home / '.local' / 'bin'} is left off PATH: the sandbox user cannot reach it",
     )
+    (home / ".nvm" / "alias" / "default").write_text("lts/*\n")
+    (home / ".nvm" / "alias" / "lts").mkdir()
+    (home / ".nvm" / "alias" / "lts" / "*").write_text("lts/iron\n")
+    (home / ".nvm" / "alias" / "lts" / "iron").write_text("v20.1.0\n")
+    lts = build_toolchains([], [workspace], auto=True, home=home, reaches=lambda p: True)
+    assert str(home / ".nvm" / "versions" / "node" / "v20.1.0" / "bin") in [
+        t.path for t in lts.user
+    ]
     off = build_toolchains([], [workspace], auto=False, home=home, reaches=lambda p: True)
     assert off.for_workspace(str(workspace)) == ()
 

@@ -197,11 +197,17 @@ def _user_dirs(home: Path) -> list[Path]:
 
 
 def _nvm_default(nvm: Path) -> Path | None:
-    """The bin of nvm's default node (``alias/default``: a version prefix, or node/lts)."""
-    try:
-        alias = (nvm / "alias" / "default").read_text().strip().lstrip("v")
-    except OSError:
-        return None
+    """The bin of nvm's default node: ``alias/default`` names a version prefix, another
+    alias (``lts/iron``, itself a file under ``alias/``), or ``node`` (the newest)."""
+    alias = "default"
+    for _ in range(4):  # default -> lts/* -> lts/iron -> v20.11.0
+        try:
+            alias = (nvm / "alias" / alias).read_text().strip()
+        except (OSError, ValueError):
+            return None
+        if not alias.startswith("lts/"):
+            break
+    alias = alias.lstrip("v")
     versions = []
     for entry in (nvm / "versions" / "node").glob("v*"):
         numbers = re.fullmatch(r"v(\d+)\.(\d+)\.(\d+)", entry.name)
