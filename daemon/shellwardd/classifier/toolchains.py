@@ -164,8 +164,8 @@ def distrust(toolchain: Toolchain, name: str, path: str) -> str:
     pin = toolchain.pins.get(name)
     if pin is None:
         return (
-            "its virtualenv's RECORD files (as they were when the daemon started) do not list "
-            "it, so rules never trust it"
+            "no virtualenv RECORD file there lists it (as read when the daemon started; "
+            "node_modules/.bin has none), so rules never trust it"
         )
     if pin.target:
         if not os.path.islink(path) or os.path.realpath(path) != pin.target:
