@@ -521,6 +521,7 @@ def status_text(status: DaemonStatus, style: Style) -> str:
         ("uptime", format_duration(status.uptime_seconds)),
     ]
     pairs.extend(("workspace", line) for line in _workspace_lines(status))
+    pairs.extend(_path_lines(status.workspace_status))
     pairs.extend(("rules", source) for source in status.rule_sources or ("-",))
     pairs.extend(("tool server", _tool_server_line(server)) for server in status.tool_servers)
     return fields(pairs, style)
@@ -535,6 +536,17 @@ def _tool_server_line(server: ToolServerStatus) -> str:
     if server.last_error:
         state += f"; last error: {server.last_error}"
     return f"{server.name} ({state}, started {server.starts} time(s))"
+
+
+def _path_lines(workspaces: Sequence[WorkspaceStatus]) -> list[tuple[str, str]]:
+    """Each workspace's PATH inside the sandbox (named when there are several), its notes."""
+    pairs = []
+    for ws in workspaces:
+        if ws.path:
+            where = f" (in {ws.root})" if len(workspaces) > 1 else ""
+            pairs.append(("PATH", ws.path + where))
+        pairs.extend(("PATH note", note) for note in ws.path_notes)
+    return pairs
 
 
 def _workspace_lines(status: DaemonStatus) -> list[str]:

@@ -445,6 +445,8 @@ def daemon_status_to_wire(status: t.DaemonStatus) -> pb.StatusResponse:
                 files_done=w.files_done,
                 files_total=w.files_total,
                 note=w.note,
+                path=w.path,
+                path_notes=list(w.path_notes),
             )
             for w in status.workspace_status
         ],
@@ -476,6 +478,8 @@ def daemon_status_from_wire(message: pb.StatusResponse) -> t.DaemonStatus:
                 files_done=w.files_done,
                 files_total=w.files_total,
                 note=w.note,
+                path=w.path,
+                path_notes=tuple(w.path_notes),
             )
             for w in message.workspace_status
         ),

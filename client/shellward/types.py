@@ -315,6 +315,9 @@ class WorkspaceStatus:
     files_done: int = 0
     files_total: int = 0
     note: str = ""
+    # The PATH commands run with here, and what kept a toolchain off it or broken in it.
+    path: str = ""
+    path_notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

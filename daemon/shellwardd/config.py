@@ -98,6 +98,9 @@ class Config:
     tools_config: Path | None = None
     # Operator-trusted program directories, first on the sandbox's PATH and read-only in it.
     toolchains: tuple[Path, ...] = ()
+    # Off: only --toolchain directories join the sandbox's PATH (no workspace venvs,
+    # node_modules/.bin, pyenv, nvm, cargo, go or ~/.local/bin found automatically).
+    no_auto_toolchains: bool = False
     user: str = ""
     retention_seconds: float = 7 * 24 * 3600.0
     approval_timeout: float = 3600.0
@@ -274,6 +277,14 @@ _OPTIONS = (
         "~/.cargo/bin): put first on the sandbox's PATH, in the order given, and read-only "
         "inside it; repeatable (the variable takes a ':'-separated list).",
         repeatable=True,
+    ),
+    _Option(
+        "--no-auto-toolchains",
+        "SHELLWARD_NO_AUTO_TOOLCHAINS",
+        "Do not add the workspace's .venv/bin, venv/bin, node_modules/.bin and your pyenv, "
+        "nvm, cargo, go and ~/.local/bin directories to the sandbox's PATH; only "
+        "--toolchain directories.",
+        switch=True,
     ),
     _Option(
         "--tools-config",
@@ -511,6 +522,7 @@ def _validate(values: dict[str, object]) -> Config:
         ignore_globs=tuple(_strings(values.get("ignore"))),
         tools_config=_existing_file(values.get("tools_config"), "--tools-config"),
         toolchains=tuple(_toolchain(raw) for raw in _strings(values.get("toolchain"))),
+        no_auto_toolchains=bool(values.get("no_auto_toolchains")),
         user=str(values.get("user") or getpass.getuser()),
         retention_seconds=_positive(values, "retention", 7 * 24 * 3600.0),
         approval_timeout=_positive(values, "approval_timeout", 3600.0),

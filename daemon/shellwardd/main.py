@@ -34,7 +34,7 @@ from types import FrameType
 
 from shellwardd import logs, statedir
 from shellwardd.classifier import LiveRules, load_rules
-from shellwardd.classifier.toolchains import toolchains_for
+from shellwardd.classifier.toolchains import build_toolchains
 from shellwardd.config import Config, load_config
 from shellwardd.errors import (
     ConfigError,
@@ -143,14 +143,22 @@ class Daemon:
                 "with network and full file access"
             )
 
-        # 3. The rules; a broken file refuses the start.
+        # 3. The toolchains on the sandbox's PATH (an operator's venv pinned as it is now),
+        #    and the rules; a broken file refuses the start.
+        self.toolchains = build_toolchains(
+            config.toolchains,
+            config.workspaces,
+            auto=not config.no_auto_toolchains,
+            home=Path.home(),
+            reaches=self.sandbox.reaches,
+        )
         self.rules = LiveRules(
             lambda: load_rules(
                 user_file=config.user_rules,
                 repo_roots=config.workspaces,
                 trusted_repos=config.trusted_repos,
             ),
-            toolchains_for(config.toolchains, config.workspaces),
+            self.toolchains,
         )
 
         # 4. The ledger (its schema migrated), what this daemon left running before it
@@ -187,7 +195,13 @@ class Daemon:
 
         # 7. Last, the socket: requests may come from here on.
         self.runtime = Runtime(
-            config, self.ledger, self.rules.classify, self.sandbox, self.monitors, self.registry
+            config,
+            self.ledger,
+            self.rules.classify,
+            self.sandbox,
+            self.monitors,
+            self.registry,
+            toolchains=self.toolchains,
         )
         info = DaemonInfo(
             version=daemon_version(),

@@ -44,6 +44,7 @@ from shellwardd.calls import (
     Tracker,
 )
 from shellwardd.calls.command import Classify
+from shellwardd.classifier.toolchains import NO_TOOLCHAINS, Toolchains
 from shellwardd.config import Config
 from shellwardd.errors import InvalidArgument, LedgerError, NotFound, Unavailable
 from shellwardd.ledger import LedgerStore
@@ -59,6 +60,7 @@ from shellwardd.replay import (
 )
 from shellwardd.requests import TOOL_RUN_COMMAND, CommandRequest, ToolRequest
 from shellwardd.sandbox import Sandbox
+from shellwardd.sandbox.profile import sandbox_path
 from shellwardd.tools.registry import ToolRegistry
 from shellwardd.watch import WorkspaceMonitor, content_hash
 
@@ -81,14 +83,18 @@ class Runtime:
         sandbox: Sandbox,
         monitors: Mapping[Path, WorkspaceMonitor],
         registry: ToolRegistry | None = None,
+        *,
+        toolchains: Toolchains = NO_TOOLCHAINS,
     ) -> None:
         self._config = config
+        self._toolchains = toolchains
+        self._sandbox = sandbox
         self._registry = registry
         self._ledger = ledger
         self._monitors = monitors
         self._tracker = Tracker()
         self._lifecycle = Lifecycle(ledger, monitors, self._tracker)
-        self._commands = CommandKind(config, classify, sandbox)
+        self._commands = CommandKind(config, classify, sandbox, toolchains)
         # The dispatch table: tool name → kind; any other name is a business tool.
         file_tools = FileToolKind(config)
         self._kinds: dict[str, Kind] = {
@@ -117,6 +123,7 @@ class Runtime:
         statuses = []
         for root, monitor in self._monitors.items():
             progress = monitor.progress()
+            toolchains = self._toolchains.for_workspace(str(root))
             statuses.append(
                 WorkspaceStatus(
                     str(root),
@@ -124,6 +131,8 @@ class Runtime:
                     progress.files_done,
                     progress.files_total,
                     progress.note,
+                    path=sandbox_path(t.path for t in toolchains),
+                    path_notes=self._toolchains.notes(str(root), self._sandbox.reaches),
                 )
             )
         return tuple(statuses)

@@ -491,18 +491,22 @@ class ContainmentControl(_message.Message):
     def __init__(self, control: _Optional[str] = ..., state: _Optional[str] = ...) -> None: ...
 
 class WorkspaceStatus(_message.Message):
-    __slots__ = ("root", "state", "files_done", "files_total", "note")
+    __slots__ = ("root", "state", "files_done", "files_total", "note", "path", "path_notes")
     ROOT_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     FILES_DONE_FIELD_NUMBER: _ClassVar[int]
     FILES_TOTAL_FIELD_NUMBER: _ClassVar[int]
     NOTE_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    PATH_NOTES_FIELD_NUMBER: _ClassVar[int]
     root: str
     state: str
     files_done: int
     files_total: int
     note: str
-    def __init__(self, root: _Optional[str] = ..., state: _Optional[str] = ..., files_done: _Optional[int] = ..., files_total: _Optional[int] = ..., note: _Optional[str] = ...) -> None: ...
+    path: str
+    path_notes: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, root: _Optional[str] = ..., state: _Optional[str] = ..., files_done: _Optional[int] = ..., files_total: _Optional[int] = ..., note: _Optional[str] = ..., path: _Optional[str] = ..., path_notes: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ReloadRulesRequest(_message.Message):
     __slots__ = ()

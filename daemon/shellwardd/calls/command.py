@@ -14,6 +14,7 @@ from typing import Any
 
 from shellward.types import CallStatus, Code, Idempotency, LedgerEntry, Verdict
 from shellwardd import requests
+from shellwardd.classifier.toolchains import NO_TOOLCHAINS, Toolchains
 from shellwardd.config import Config, merge_limits
 from shellwardd.errors import InvalidArgument
 from shellwardd.requests import TOOL_RUN_COMMAND, CommandRequest
@@ -27,10 +28,17 @@ Classify = Callable[[str, str | None, str | None, Mapping[str, str]], Verdict]
 
 
 class CommandKind:
-    def __init__(self, config: Config, classify: Classify, sandbox: Sandbox) -> None:
+    def __init__(
+        self,
+        config: Config,
+        classify: Classify,
+        sandbox: Sandbox,
+        toolchains: Toolchains = NO_TOOLCHAINS,
+    ) -> None:
         self._config = config
         self._classify = classify
         self._sandbox = sandbox
+        self._toolchains = toolchains
 
     def parse(self, input_json: str) -> CommandRequest:
         return requests.from_json(input_json)
@@ -100,7 +108,7 @@ class CommandKind:
             output_cap=self._config.output_cap_bytes,
             hidden=(self._config.state_dir, self._config.socket.parent),
             read_only=(workspace / COOKIE_DIR,),
-            toolchains=self._config.toolchains,
+            toolchains=tuple(Path(t.path) for t in self._toolchains.for_workspace(str(workspace))),
         )
 
 

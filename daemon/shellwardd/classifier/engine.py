@@ -41,7 +41,7 @@ from .parse import Redirect, SimpleCommand, Word, join_context, parse
 from .rules import Condition, Role, Rule
 from .ruleset import ProgramRules, RuleIndex
 from .scripts import READERS
-from .toolchains import Toolchain, first_program
+from .toolchains import Toolchain, distrust, first_program
 
 NEVER = (Idempotency.NON_IDEMPOTENT, ReplayPolicy.NEVER)
 # Strictness ranks, looked up instead of the enums' own ordering (which lists the members
@@ -288,7 +288,7 @@ class Analyzer:
     source: str = ""  # the original command string, to map spans of re-parsed code
     # Repository configuration hazards, read once per git directory per command.
     git_hazards: dict[str, list[gitconfig.Hazard]] = field(default_factory=dict)
-    # The operator's toolchain directories, first on the sandbox's PATH.
+    # The call's toolchain directories, first on the sandbox's PATH in this order.
     toolchains: tuple[Toolchain, ...] = ()
 
     def code(
@@ -566,14 +566,17 @@ class Analyzer:
         """(resolved program, lookup keys, why it cannot be trusted or "")."""
         if "/" not in name:
             found = first_program(self.toolchains, name)
-            if found is not None and found[1].agent_writable:
+            if found is None or not found[1].agent_writable:
+                return name, (name,), ""
+            why = distrust(found[1], name, found[0])
+            if why:
                 return (
                     found[0],
                     (),
                     f"runs `{name}`, which is {found[0]}, in a toolchain inside a workspace: "
-                    "the file tools can replace it, so rules never trust it",
+                    + why,
                 )
-            return name, (name,), ""
+            return found[0], (name,), ""
         if name.startswith("~"):
             return (
                 name,

@@ -34,6 +34,13 @@ from pathlib import Path
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # The environment of every process the daemon starts outside the sandbox.
 BASE_ENV = {"PATH": BASE_PATH, "LANG": "C.UTF-8"}
+
+
+def sandbox_path(toolchains: Iterable[str | Path]) -> str:
+    """The command's PATH: the toolchain directories first, then the system's."""
+    return ":".join([*map(str, toolchains), BASE_PATH])
+
+
 # Inside the sandbox, the user id the command sees (its host uid is the daemon's own, or
 # --sandbox-uid for a root daemon).
 INNER_UID = 1000

@@ -43,7 +43,14 @@ from shellwardd.sandbox.idmap import (
     private_mount_namespace,
     remove_stale,
 )
-from shellwardd.sandbox.profile import BASE_ENV, Identity, bwrap_args, git_protected, hidden_paths
+from shellwardd.sandbox.profile import (
+    BASE_ENV,
+    Identity,
+    bwrap_args,
+    git_protected,
+    hidden_paths,
+    sandbox_path,
+)
 from shellwardd.sandbox.seccomp import Filter, SeccompUnavailable, build_filter
 
 # After the command exits, how long to wait for stray writers to close the pipes.
@@ -77,14 +84,15 @@ class SandboxSpec:
     # Paths inside the workspace the command may read but not write (the write
     # detector's cookie directory: a forged cookie would close a call's window early).
     read_only: Sequence[Path] = ()
-    # The operator's toolchain directories: first on PATH, and read-only even inside the
-    # workspace, so that no command can replace the program a later `pytest` runs.
+    # The call's toolchain directories (the operator's, the workspace's, the user's), first
+    # on PATH in this order, and read-only even inside the workspace, so that no command
+    # can replace the program a later `pytest` runs.
     toolchains: Sequence[Path] = ()
 
     @property
     def base_env(self) -> dict[str, str]:
         """What the command's environment starts from, before the request's variables."""
-        return {**BASE_ENV, "PATH": ":".join([*map(str, self.toolchains), BASE_ENV["PATH"]])}
+        return {**BASE_ENV, "PATH": sandbox_path(self.toolchains)}
 
 
 @dataclass(frozen=True)
@@ -164,6 +172,11 @@ class Sandbox:
         self._filter: Filter | None = None
         self._private_mounts = False
         self.detail = "disabled (--no-sandbox): commands run with the daemon's own rights"
+
+    def reaches(self, path: Path) -> bool:
+        """Can the sandbox's user traverse every directory above ``path``? (Only a root
+        daemon's, an unprivileged uid, can fail: it decides which toolchains join PATH.)"""
+        return not self._as_root or self._identity.reaches(path)
 
     def check(self) -> None:
         """Fail with a clear message unless the sandbox can really run a command."""
