@@ -228,8 +228,11 @@ class Daemon:
                 self.runtime.expire_approvals()
                 self.runtime.run_approved()
             except LedgerError as exc:
+                self.listeners.ledger_answers(False)
                 log.warning("the ledger did not answer the main loop; trying again",
                             extra={"problem": exc.message})  # fmt: skip
+            else:
+                self.listeners.ledger_answers(True)
 
     def shutdown(self) -> None:
         grace = 0.0 if self.signals.force_exit else self.config.grace_period
