@@ -10,7 +10,7 @@ Choices, and why
   directory), so that nothing else is touched by a second daemon; then logging into it, the
   sandbox check, the rules, the ledger and its crash recovery, the workspaces' write
   detectors, the business tools, and last the socket, so that no request arrives before
-  everything it needs is there.
+  everything it needs is there; the metrics endpoint after it.
 - **Signal handlers only set flags**; the main loop acts on them. A first SIGTERM/SIGINT
   starts a graceful shutdown; a second one skips the grace period; SIGHUP reloads the rule
   files (a broken file keeps the last good rules).
@@ -32,7 +32,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from types import FrameType
 
-from shellwardd import logs, statedir
+from shellwardd import logs, metrics, statedir
 from shellwardd.classifier import LiveRules, load_rules
 from shellwardd.classifier.toolchains import toolchains_for
 from shellwardd.config import Config, load_config
@@ -206,11 +206,21 @@ class Daemon:
             raise ConfigError(f"cannot listen on {config.socket}: {exc}") from exc
         resources.callback(self.listeners.remove_socket)
 
+        # 8. Metrics, when asked for: their port is checked like the socket's.
+        if config.metrics:
+            runtime = self.runtime
+            endpoint = metrics.serve(
+                config.metrics, lambda: len(runtime.list_approvals()), runtime.workspace_status
+            )
+            resources.callback(metrics.stop, endpoint)
+
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(signum, self.signals.handle)
         where = f"unix:{config.socket}"
         if config.tcp:
             where += f" and tcp:{config.tcp.rpartition(':')[0]}:{self.listeners.tcp_port}"
+        if config.metrics:
+            where += f", metrics on http://{config.metrics}/metrics"
         print(f"shellwardd {info.version} listening on {where}", flush=True)
         log.info("serving", extra={"socket": str(config.socket),
                                    "state_dir": str(config.state_dir),

@@ -31,7 +31,7 @@ from shellward.types import (
     Verdict,
     WorkspaceStatus,
 )
-from shellwardd import outcomes, requests
+from shellwardd import metrics, outcomes, requests
 from shellwardd.builtin_tools import BUILTIN_TOOLS
 from shellwardd.calls import (
     CallListener,
@@ -258,14 +258,18 @@ class Runtime:
     def run_command(self, request: CommandRequest, listener: CallListener) -> CommandResult:
         """Run one command (or answer from the ledger). Never raises for bad input."""
         request = replace(request, cwd=requests.canonical_cwd(self._config, request.cwd))
-        return self._call(self._commands, request, self._commands.input_hash(request), listener)
+        result = self._call(self._commands, request, self._commands.input_hash(request), listener)
+        metrics.observe_call("command", result)
+        return result
 
     def call_tool(self, request: ToolRequest) -> CommandResult:
         """Call a built-in or business tool (or answer from the ledger). Never raises for
         bad input."""
         kind = self._kind(request.tool)
         request = replace(request, cwd=requests.canonical_cwd(self._config, request.cwd))
-        return self._call(kind, request, kind.input_hash(request), Silent())
+        result = self._call(kind, request, kind.input_hash(request), Silent())
+        metrics.observe_call("tool", result)
+        return result
 
     def _call(
         self, kind: Kind, request: Any, input_hash: str, listener: CallListener
@@ -312,7 +316,11 @@ class Runtime:
         listener: CallListener,
     ) -> CommandResult:
         """Apply the replay table to a recorded call (its step's newest attempt)."""
-        previous = self.get_call(call_id, run_id, step_id)
+        result = self._replay(self.get_call(call_id, run_id, step_id), rerun, listener)
+        metrics.observe_call("replay", result)
+        return result
+
+    def _replay(self, previous: LedgerEntry, rerun: bool, listener: CallListener) -> CommandResult:
         if not previous.input_json:
             decision = Decision(
                 Action.REFUSE, previous.code,
