@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from shellward._paths import default_socket_path, default_state_dir, default_user_rules
+from shellward._version import package_version
 from shellwardd.errors import ConfigError
 
 KIB = 1024
@@ -393,6 +394,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="The shellward daemon: runs agents' shell commands in a bubblewrap sandbox "
         "and records every call in a durable ledger. Each flag has a SHELLWARD_* twin.",
     )
+    parser.add_argument("--version", action="version", version=f"shellwardd {package_version()}")
     for option in _OPTIONS:
         help_text = f"{option.help} [env: {option.env}]"
         dest = option.flag.lstrip("-").replace("-", "_")

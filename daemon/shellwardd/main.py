@@ -28,10 +28,10 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from types import FrameType
 
+from shellward._version import package_version
 from shellwardd import logs, metrics, statedir
 from shellwardd.classifier import LiveRules, load_rules
 from shellwardd.classifier.toolchains import toolchains_for
@@ -67,13 +67,6 @@ _STARTUP_FAILURES: tuple[tuple[type[ShellwardError], int, str], ...] = (
 )
 
 log = logging.getLogger("shellwardd")
-
-
-def daemon_version() -> str:
-    try:
-        return version("shellward")
-    except PackageNotFoundError:
-        return "0+unknown"
 
 
 class _Signals:
@@ -122,7 +115,7 @@ class Daemon:
         statedir.prepare_state_dir(config.state_dir)
         resources.callback(statedir.StateDirLock(config.state_dir).close)
         try:
-            logs.configure(config.log_level, config.log_path)
+            logs.configure(config.log_level, config.log_path, config.log_format)
         except OSError as exc:
             raise StateError(f"cannot write the log {config.log_path}: {exc.strerror}") from exc
 
@@ -190,7 +183,7 @@ class Daemon:
             config, self.ledger, self.rules.classify, self.sandbox, self.monitors, self.registry
         )
         info = DaemonInfo(
-            version=daemon_version(),
+            version=package_version(),
             config=config,
             sandbox_enabled=self.sandbox.enabled,
             sandbox_detail=self.sandbox.detail,

@@ -8,6 +8,8 @@ import secrets
 import sys
 from pathlib import Path
 
+from shellward._version import package_version
+
 from . import _hostconfig as install
 from ._base import EXIT_OK, Commands, absolute_cwd, subparser
 
@@ -59,15 +61,13 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     # Imported here: the MCP SDK is heavy, and no other command needs it.
     from shellward.mcp_server import Settings, parse_listen, serve_http, serve_stdio
 
-    from . import _version
-
     settings = Settings(
         socket=args.socket,
         address=args.address,
         token=args.token,
         cwd=absolute_cwd(args.cwd),
         run_id=args.run_id or None,
-        version=_version(),
+        version=package_version(),
     )
     if args.http is None:
         serve_stdio(settings)
