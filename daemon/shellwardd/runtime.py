@@ -384,7 +384,8 @@ class Runtime:
             return already_applied(previous)
         approval = None
         if decision.action is Action.ASK:
-            approval = (Code.CONFLICT, conflict_content(call_id, previous, decision.conflicts))
+            why = conflict_content(call_id, previous, decision.conflicts, decision.unknown)
+            approval = (Code.CONFLICT, why)
         return self._lifecycle.attempt(kind, call_id, input_hash, request, listener, approval)
 
     # --- approvals -----------------------------------------------------------------
