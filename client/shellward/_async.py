@@ -21,6 +21,7 @@ from shellward._base import BaseClient
 from shellward._exceptions import translate
 from shellward._requests import PathLike, StreamEvent
 from shellward.types import (
+    CallAccepted,
     CommandResult,
     DaemonStatus,
     LedgerEntry,
@@ -66,17 +67,20 @@ class AsyncClient(BaseClient):
 
     async def _events(self, call: calls.Streamed) -> AsyncIterator[StreamEvent]:
         """Typed events of a RunCommand or Replay stream; the result comes last."""
+        accepted = ""  # the call's id once the daemon took it: an error after may have run
         try:
             async for message in getattr(self._stub, call.method)(
                 call.request, **self._options(call.deadline)
             ):
                 event = calls.event_from_wire(message)
+                if isinstance(event, CallAccepted):
+                    accepted = event.call_id
                 if event is not None:
                     yield event
                 if isinstance(event, CommandResult):
                     return
         except grpc.RpcError as exc:
-            raise translate(exc, self.target) from exc
+            raise translate(exc, self.target, accepted) from exc
         raise calls.stream_ended_early()
 
     @staticmethod
