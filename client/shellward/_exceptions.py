@@ -103,8 +103,8 @@ def translate(exc: grpc.RpcError, target: str, accepted: str = "") -> ShellwardE
         )
     elif kind is DaemonUnavailable and domain is None:  # no daemon answered: how to start one
         details = (
-            f"no shellward daemon answers at {target} ({details}). Start one with "
-            "`make serve` or `shellwardd`, or point --socket / SHELLWARD_SOCKET at it."
+            f"no shellward daemon answers at {target} ({details}). Start one with `make serve "
+            "WORKSPACE=DIR` or `shellwardd`, or point --socket / SHELLWARD_SOCKET at it."
         )
     elif kind is DeadlineExceeded:
         details = (

@@ -67,7 +67,7 @@ examples:
   shellward mcp                      (an MCP server on stdio, for agent hosts)
 
 Connection options (--socket, --tcp, --token) go before or after the command.
-Start a daemon with `make serve` (or `shellwardd`); see `shellward COMMAND --help`.
+Start a daemon with `make serve WORKSPACE=DIR` (or `shellwardd`); see `shellward COMMAND --help`.
 """
 
 # In the order `shellward --help` lists them.

@@ -19,7 +19,7 @@ command and talks MCP to it on stdin/stdout; every tool call goes to the running
 which classifies, sandboxes and records it. Tools: run_command, classify, recover, and
 every tool `shellward tools` lists (read_file, list_files, write_file, apply_patch, the
 business tools of the daemon's MCP servers). A daemon must be running: start one with
-`make serve` or `shellwardd`. See docs/mcp-server.md for each host's configuration.
+`make serve WORKSPACE=DIR` or `shellwardd`. See docs/mcp-server.md for each host's configuration.
 
 Identity: the run is --run-id, else the MCP session; a tool call's `step_id` argument
 names the step, so a host (or model) retrying the same step gets the ledger's answer.
