@@ -107,16 +107,18 @@ class Client(BaseClient):
         network: bool = False,
         rerun: bool = False,
         rpc_timeout: float | None = None,
+        stdin: bytes = b"",
     ) -> Iterator[StreamEvent]:
         """Run a command and yield a CallAccepted, its OutputChunks, then the CommandResult.
 
         ``timeout`` bounds the command (the daemon kills it); ``rpc_timeout`` bounds this
         call only: when it passes (or the stream is closed) the daemon cancels the command,
-        which ends as a killed call does (uncertain if it may have written).
+        which ends as a killed call does (uncertain if it may have written). ``stdin``: what
+        the command reads on its standard input (at most 1 MiB; part of the call's identity).
         """
         return self._events(calls.run_command(
             command, cwd=cwd, run_id=run_id, step_id=step_id, timeout=timeout, env=env,
-            network=network, rerun=rerun, rpc_timeout=rpc_timeout,
+            network=network, rerun=rerun, rpc_timeout=rpc_timeout, stdin=stdin,
         ))  # fmt: skip
 
     def run_command(
@@ -132,11 +134,12 @@ class Client(BaseClient):
         network: bool = False,
         rerun: bool = False,
         rpc_timeout: float | None = None,
+        stdin: bytes = b"",
     ) -> CommandResult:
         """Run a command and return its structured result (see ``stream_command``)."""
         events = self.stream_command(
             command, cwd=cwd, run_id=run_id, step_id=step_id, timeout=timeout, env=env,
-            network=network, rerun=rerun, rpc_timeout=rpc_timeout,
+            network=network, rerun=rerun, rpc_timeout=rpc_timeout, stdin=stdin,
         )  # fmt: skip
         return self._final(events, on_output)
 

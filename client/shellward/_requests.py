@@ -125,6 +125,7 @@ def run_command(
     network: bool,
     rerun: bool,
     rpc_timeout: float | None,
+    stdin: bytes = b"",
 ) -> Streamed:
     request = pb.RunCommandRequest(
         command=command,
@@ -135,6 +136,7 @@ def run_command(
         step_id=step_id,
         network=pb.NetworkRequest(allow=network),
         rerun=rerun,
+        stdin=stdin,
     )
     return Streamed("RunCommand", request, rpc_timeout)
 

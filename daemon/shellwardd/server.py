@@ -484,6 +484,7 @@ def _command_request(request: pb.RunCommandRequest) -> CommandRequest:
         network=request.network.allow,
         rerun=request.rerun,
         limits=limits,
+        stdin=request.stdin,
     )
 
 

@@ -199,3 +199,33 @@ def test_a_daemon_that_dies_during_a_call_is_not_called_absent(
     assert "went away during call" in message and "may have run" in message
     assert "shellward show" in message
     assert "Start one" not in message
+
+
+def test_piped_stdin_is_forwarded_and_part_of_the_identity(cli_daemon: Daemon) -> None:
+    def run(*args: str, stdin: bytes) -> subprocess.CompletedProcess[bytes]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SHELLWARD_")}
+        return subprocess.run(
+            [sys.executable, "-m", "shellward.cli", "--socket", str(cli_daemon.socket), *args],
+            cwd=cli_daemon.workspace, env=env, input=stdin, capture_output=True, timeout=60,
+            check=False,
+        )  # fmt: skip
+
+    done = run("run", "--", "cat", stdin=b"piped\n\x00\xff")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == b"piped\n\x00\xff"
+    ignored = run("run", "--no-stdin", "--", "wc -c", stdin=b"piped\n")
+    assert ignored.stdout.strip() == b"0"
+    # The same step with other input is another call, not a replay of the first answer.
+    ids = ("--run-id", "cli-stdin", "--step-id", "s1")
+    assert run("run", *ids, "--", "cat", stdin=b"one\n").stdout == b"one\n"
+    again = run("run", *ids, "--", "cat", stdin=b"one\n")
+    assert again.stdout == b"one\n" and b"replayed from the ledger" in again.stderr
+    other = run("run", *ids, "--", "cat", stdin=b"two\n")
+    assert other.returncode == 125 and b"IDEMPOTENCY_KEY_MISMATCH" in other.stderr
+
+
+def test_stdin_over_the_limit_is_refused_by_the_daemon(cli_daemon: Daemon) -> None:
+    with cli_daemon.client() as client:
+        result = client.run_command("wc -c", stdin=b"x" * (1024 * 1024 + 1))
+    assert result.code.value == "INVALID_ARGUMENT"
+    assert "stdin is 1048577 bytes, over the limit" in result.content

@@ -55,6 +55,7 @@ class CommandKind:
         timeout = requests.check_timeout(self._config, request.timeout_seconds)
         requests.check_command(request.command)
         requests.check_env(request.env)
+        requests.check_stdin(request.stdin)
         workspace, cwd = requests.resolve_cwd(self._config, request.cwd)
         verdict = self.classify(request.command, cwd, workspace, request.env)
         entry = replace(
@@ -101,6 +102,7 @@ class CommandKind:
             hidden=(self._config.state_dir, self._config.socket.parent),
             read_only=(workspace / COOKIE_DIR,),
             toolchains=self._config.toolchains,
+            stdin=request.stdin,
         )
 
 
