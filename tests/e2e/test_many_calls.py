@@ -5,6 +5,7 @@ long call is refused and health says so (a small limit here; bench/short_rpcs.py
 from __future__ import annotations
 
 import signal
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -113,3 +114,18 @@ def test_a_long_rpc_past_the_slots_is_unavailable_and_health_says_so(
 def _serving(daemon: Daemon, check: health_pb2.HealthCheckRequest) -> int:
     with grpc.insecure_channel(f"unix:{daemon.socket}") as channel:
         return health_pb2_grpc.HealthStub(channel).Check(check, timeout=30).status  # type: ignore[no-any-return]
+
+
+def test_health_is_not_serving_while_the_ledger_does_not_answer(daemon: Daemon) -> None:
+    check = health_pb2.HealthCheckRequest(service="shellward.v1.Shellward")
+    locker = sqlite3.connect(daemon.state_dir / "ledger.sqlite3", isolation_level=None)
+    try:
+        locker.execute("BEGIN EXCLUSIVE")  # every write of the daemon now waits, then fails
+        wait_for(
+            lambda: _serving(daemon, check) == health_pb2.HealthCheckResponse.NOT_SERVING,
+            timeout=120,
+        )
+    finally:
+        locker.execute("ROLLBACK")
+        locker.close()
+    wait_for(lambda: _serving(daemon, check) == health_pb2.HealthCheckResponse.SERVING)
