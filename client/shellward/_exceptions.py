@@ -1,7 +1,7 @@
 """The client's exceptions. ``grpc.RpcError`` never reaches a user; it is translated here.
 
     ShellwardError
-    ├── DaemonUnavailable      no daemon at the socket / address (start it: `make serve`)
+    ├── DaemonUnavailable      no daemon at the socket / address, or it went away during a call
     ├── AuthenticationError    TCP without the right token
     ├── InvalidRequest         the daemon refused the input (empty command, bad cwd, …)
     ├── PermissionDenied       outside the daemon's workspaces
