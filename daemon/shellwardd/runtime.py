@@ -450,7 +450,9 @@ class Runtime:
 
     def _run_approved(self, entry: LedgerEntry) -> None:
         try:
-            self._lifecycle.resume(self._kind(entry.tool_name), entry)
+            result = self._lifecycle.resume(self._kind(entry.tool_name), entry)
+            metrics.observe_call("command" if entry.tool_name == TOOL_RUN_COMMAND else "tool",
+                                 result)  # fmt: skip
         except Exception:
             log.exception("approved call failed", extra={"call_id": entry.call_id})
         finally:

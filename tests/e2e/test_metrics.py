@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from shellwardd import metrics
 from shellwardd.config import load_config
 from shellwardd.errors import ConfigError
-from tests.helpers import Daemon, start_daemon
+from tests.helpers import Daemon, start_daemon, wait_for
 
 
 def _free_port() -> int:
@@ -75,7 +75,12 @@ def test_the_endpoint_counts_calls_without_their_text(
         pending = client.run_command("sudo touch marker-approval.txt")
         assert pending.code.value == "NEEDS_APPROVAL"
         text, after = _scrape(address)
-        client.deny(pending.call_id)
+        client.approve(pending.call_id)
+        approved = client.wait_call(pending.call_id, timeout=60)
+        # Counted just after the ledger has its end: wait for the count, not for the call.
+        wait_for(lambda: _value(_scrape(address)[1], "shellward_call_duration_seconds_count",
+                                kind="command") == 4)  # fmt: skip
+        _, last = _scrape(address)
 
     assert _calls(after, code="OK", status="succeeded") == 2
     assert _calls(after, code="COMMAND_FAILED", status="failed") == 1
@@ -87,6 +92,12 @@ def test_the_endpoint_counts_calls_without_their_text(
     assert _value(after, "shellward_approvals_pending") == 1
     assert _value(after, "shellward_index_workspaces", state="ready") == 1
     assert _value(after, "process_resident_memory_bytes") > 0
+    # The approved run is counted when it ends (sudo has no rights in the sandbox).
+    assert _value(last, "shellward_approvals_pending") == 0
+    assert (
+        _calls(last, code=approved.code.value, status=approved.status.value)
+        == _calls(after, code=approved.code.value, status=approved.status.value) + 1
+    )
     # Privacy and cardinality: nothing a command said, no path, no id.
     for leak in ("marker", pending.call_id, str(daemon.workspace), "sudo"):
         assert leak not in text
