@@ -20,9 +20,11 @@ from typing import NamedTuple, TextIO
 from shellward.types import (
     CallStatus,
     CapturedOutput,
+    Code,
     CommandPart,
     CommandResult,
     DaemonStatus,
+    EffectKind,
     FileEffect,
     Idempotency,
     LedgerEntry,
@@ -189,15 +191,19 @@ def run_summary(result: CommandResult, style: Style, *, accepted: bool) -> str:
     """The one line ``shellward run`` prints to stderr after the command's own output.
 
     ``accepted``: the daemon took the call as a new one; if not, and it is no replay, it
-    refused at once and the fields (status, verdict) are those of the earlier call named.
+    refused at once: about an earlier call of the step (whose fields, status and verdict,
+    the result carries), or a new request refused before it ran (no verdict: it was never
+    classified or never ran). A call that ran names the files it changed.
     """
     verdict = verdict_label(result.idempotency, result.replay_policy, style)
     if not accepted and not result.replayed:
-        parts = [
-            style.paint("nothing ran", "red"),
-            result.code.value,
-            f"earlier call {result.call_id} {result.status.value}, {verdict}",
-        ]
+        if result.code is Code.IN_PROGRESS:
+            about = f"call {result.call_id} runs it now"
+        elif result.verdict is not None or result.code in _ABOUT_AN_EARLIER_CALL:
+            about = f"earlier call {result.call_id} {result.status.value}, {verdict}"
+        else:
+            about = f"refused, recorded as call {result.call_id}"
+        parts = [style.paint("nothing ran", "red"), result.code.value, about]
     else:
         exit_text = "none" if result.exit_code is None else str(result.exit_code)
         parts = [
@@ -209,7 +215,28 @@ def run_summary(result: CommandResult, style: Style, *, accepted: bool) -> str:
         ]
     if result.replayed:
         parts.append("replayed from the ledger")
+    elif accepted and result.file_effects:
+        parts.append(effects_summary(result.file_effects))
     return style.paint("shellward:", "dim") + " " + " · ".join(parts)
+
+
+# Refusals that are about the step's earlier call even when it has no verdict recorded.
+_ABOUT_AN_EARLIER_CALL = frozenset({Code.IDEMPOTENCY_KEY_MISMATCH, Code.RECORD_EXPIRED})
+EFFECTS_SHOWN = 5
+
+
+def effects_summary(effects: Sequence[FileEffect]) -> str:
+    """``created hello.txt, out/a.o; deleted old.txt``: the files a call changed, by kind,
+    the first few of each named and the rest counted."""
+    by_kind: dict[EffectKind, list[str]] = {}
+    for effect in effects:
+        by_kind.setdefault(effect.kind, []).append(_effect_path(effect))
+    groups = []
+    for kind, names in by_kind.items():
+        more = len(names) - EFFECTS_SHOWN
+        shown = ", ".join(names[:EFFECTS_SHOWN]) + (f" and {more} more" if more > 0 else "")
+        groups.append(f"{kind.value} {shown}")
+    return "; ".join(groups)
 
 
 # --- ledger -----------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import hashlib
+import ipaddress
 import os
 import socket
 from collections.abc import Mapping, Sequence
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from shellward._paths import default_socket_path, default_state_dir, default_user_rules
+from shellward._version import package_version
 from shellwardd.errors import ConfigError
 
 KIB = 1024
@@ -117,6 +119,13 @@ class Config:
     # workspace of; "" is the host name and a digest of the state directory.
     daemon_id: str = ""
     lease_seconds: float = 30.0
+    # Long RPCs (a running command, a wait, a tool call) served at once; each holds a thread.
+    max_running_calls: int = 512
+    # HOST:PORT of the Prometheus endpoint; None: no metrics (and no cost).
+    metrics: str | None = None
+    metrics_allow_remote: bool = False
+    # auto: text lines on a terminal, JSON lines otherwise.
+    log_format: str = "auto"
 
     @property
     def ledger_path(self) -> Path:
@@ -360,7 +369,33 @@ _OPTIONS = (
         "calls become uncertain for the fleet (default 30).",
         kind=float,
     ),
+    _Option(
+        "--max-running-calls",
+        "SHELLWARD_MAX_RUNNING_CALLS",
+        "Long RPCs (RunCommand, Replay, WaitCall, CallTool, CancelCall) served at once; one "
+        "more is refused with UNAVAILABLE and health says NOT_SERVING while full. Each holds a "
+        "thread waiting on its command (default 512).",
+        kind=int,
+    ),
+    _Option(
+        "--metrics",
+        "SHELLWARD_METRICS",
+        "Serve Prometheus metrics over HTTP on HOST:PORT (e.g. 127.0.0.1:9464). Off by default; "
+        "a non-loopback host needs --metrics-allow-remote.",
+    ),
+    _Option(
+        "--metrics-allow-remote",
+        "SHELLWARD_METRICS_ALLOW_REMOTE",
+        "Let --metrics listen on a non-loopback address (the endpoint has no authentication).",
+        switch=True,
+    ),
     _Option("--log-level", "SHELLWARD_LOG_LEVEL", "debug, info, warning or error (default info)."),
+    _Option(
+        "--log-format",
+        "SHELLWARD_LOG_FORMAT",
+        "auto, text or json: the format of the log on stderr (auto: text on a terminal, JSON "
+        "lines otherwise; the log file in the state directory is always JSON lines).",
+    ),
 )
 
 
@@ -370,6 +405,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="The shellward daemon: runs agents' shell commands in a bubblewrap sandbox "
         "and records every call in a durable ledger. Each flag has a SHELLWARD_* twin.",
     )
+    parser.add_argument("--version", action="version", version=f"shellwardd {package_version()}")
     for option in _OPTIONS:
         help_text = f"{option.help} [env: {option.env}]"
         dest = option.flag.lstrip("-").replace("-", "_")
@@ -481,9 +517,7 @@ def _validate(values: dict[str, object]) -> Config:
         if not host or not port.isdigit():
             raise ConfigError(f"--tcp {tcp!r} is not HOST:PORT (e.g. 127.0.0.1:7433)")
 
-    log_level = str(values.get("log_level") or "info").lower()
-    if log_level not in ("debug", "info", "warning", "error"):
-        raise ConfigError(f"--log-level {log_level!r}: use debug, info, warning or error")
+    log_level = _choice(values, "log_level", ("info", "debug", "warning", "error"))
 
     default_timeout = _positive(values, "default_timeout", 600.0)
     max_timeout = _positive(values, "max_timeout", 24 * 3600.0)
@@ -533,7 +567,48 @@ def _validate(values: dict[str, object]) -> Config:
         ledger=str(values.get("ledger") or ""),  # its scheme is checked when it opens
         daemon_id=str(values.get("daemon_id") or ""),
         lease_seconds=_positive(values, "lease_seconds", 30.0),
+        max_running_calls=int(_positive(values, "max_running_calls", 512)),
+        metrics=_metrics_address(values),
+        metrics_allow_remote=bool(values.get("metrics_allow_remote")),
+        log_format=_choice(values, "log_format", ("auto", "text", "json")),
     )
+
+
+def _choice(values: dict[str, object], key: str, choices: tuple[str, ...]) -> str:
+    value = str(values.get(key) or choices[0]).lower()
+    if value not in choices:
+        raise ConfigError(
+            f"--{key.replace('_', '-')} {value!r}: use {', '.join(choices[:-1])} or {choices[-1]}"
+        )
+    return value
+
+
+def _metrics_address(values: dict[str, object]) -> str | None:
+    """The metrics endpoint's HOST:PORT; a non-loopback host only when allowed: the endpoint
+    has no authentication, and its numbers tell an observer how busy the daemon is."""
+    raw = values.get("metrics")
+    if not raw:
+        return None
+    host, _, port = str(raw).rpartition(":")
+    host = host.strip("[]")
+    if not host or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"--metrics {raw!r} is not HOST:PORT (e.g. 127.0.0.1:9464)")
+    if not values.get("metrics_allow_remote") and not _is_loopback(host):
+        raise ConfigError(
+            f"--metrics {raw!r} listens beyond this host and the endpoint has no "
+            "authentication; use 127.0.0.1:PORT, or add --metrics-allow-remote if a firewall "
+            "or a scraper on a private network guards it"
+        )
+    return str(raw)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name that might resolve anywhere
 
 
 def _hidden(values: dict[str, object]) -> tuple[str, ...]:

@@ -10,7 +10,7 @@ Choices, and why
   directory), so that nothing else is touched by a second daemon; then logging into it, the
   sandbox check, the rules, the ledger and its crash recovery, the workspaces' write
   detectors, the business tools, and last the socket, so that no request arrives before
-  everything it needs is there.
+  everything it needs is there; the metrics endpoint after it.
 - **Signal handlers only set flags**; the main loop acts on them. A first SIGTERM/SIGINT
   starts a graceful shutdown; a second one skips the grace period; SIGHUP reloads the rule
   files (a broken file keeps the last good rules).
@@ -28,11 +28,11 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from types import FrameType
 
-from shellwardd import logs, statedir
+from shellward._version import package_version
+from shellwardd import logs, metrics, statedir
 from shellwardd.classifier import LiveRules, load_rules
 from shellwardd.classifier.toolchains import build_toolchains
 from shellwardd.config import Config, load_config
@@ -67,13 +67,6 @@ _STARTUP_FAILURES: tuple[tuple[type[ShellwardError], int, str], ...] = (
 )
 
 log = logging.getLogger("shellwardd")
-
-
-def daemon_version() -> str:
-    try:
-        return version("shellward")
-    except PackageNotFoundError:
-        return "0+unknown"
 
 
 class _Signals:
@@ -122,7 +115,7 @@ class Daemon:
         statedir.prepare_state_dir(config.state_dir)
         resources.callback(statedir.StateDirLock(config.state_dir).close)
         try:
-            logs.configure(config.log_level, config.log_path)
+            logs.configure(config.log_level, config.log_path, config.log_format)
         except OSError as exc:
             raise StateError(f"cannot write the log {config.log_path}: {exc.strerror}") from exc
 
@@ -204,7 +197,7 @@ class Daemon:
             toolchains=self.toolchains,
         )
         info = DaemonInfo(
-            version=daemon_version(),
+            version=package_version(),
             config=config,
             sandbox_enabled=self.sandbox.enabled,
             sandbox_detail=self.sandbox.detail,
@@ -220,11 +213,21 @@ class Daemon:
             raise ConfigError(f"cannot listen on {config.socket}: {exc}") from exc
         resources.callback(self.listeners.remove_socket)
 
+        # 8. Metrics, when asked for: their port is checked like the socket's.
+        if config.metrics:
+            runtime = self.runtime
+            endpoint = metrics.serve(
+                config.metrics, lambda: len(runtime.list_approvals()), runtime.workspace_status
+            )
+            resources.callback(metrics.stop, endpoint)
+
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(signum, self.signals.handle)
         where = f"unix:{config.socket}"
         if config.tcp:
             where += f" and tcp:{config.tcp.rpartition(':')[0]}:{self.listeners.tcp_port}"
+        if config.metrics:
+            where += f", metrics on http://{config.metrics}/metrics"
         print(f"shellwardd {info.version} listening on {where}", flush=True)
         log.info("serving", extra={"socket": str(config.socket),
                                    "state_dir": str(config.state_dir),
@@ -242,8 +245,11 @@ class Daemon:
                 self.runtime.expire_approvals()
                 self.runtime.run_approved()
             except LedgerError as exc:
+                self.listeners.ledger_answers(False)
                 log.warning("the ledger did not answer the main loop; trying again",
                             extra={"problem": exc.message})  # fmt: skip
+            else:
+                self.listeners.ledger_answers(True)
 
     def shutdown(self) -> None:
         grace = 0.0 if self.signals.force_exit else self.config.grace_period

@@ -134,14 +134,23 @@ def already_applied(previous: LedgerEntry) -> CommandResult:
     )
 
 
-def conflict_content(call_id: str, previous: LedgerEntry, conflicts: tuple[str, ...]) -> str:
+def conflict_content(
+    call_id: str, previous: LedgerEntry, conflicts: tuple[str, ...], unknown: str = ""
+) -> str:
+    """Why a new attempt waits for a human: files changed since (``conflicts``), or effects
+    that cannot be checked (``unknown``, why), which is not a change by anyone."""
     shown = ", ".join(conflicts[:5]) + (
         f" and {len(conflicts) - 5} more" if len(conflicts) > 5 else ""
     )
+    why = (
+        f"{unknown}, so whether its changes are in place cannot be checked"
+        if unknown
+        else f"files it changed were changed by someone else since ({shown})"
+    )
     return (
-        f"Running call {previous.call_id} again is not safe without a look: files it changed "
-        f"were changed by someone else since ({shown}). Nothing ran. A human must approve the "
-        f"new attempt, call {call_id} (shellward approve {call_id}); wait for it with WaitCall."
+        f"Running call {previous.call_id} again is not safe without a look: {why}. Nothing "
+        f"ran. A human must approve the new attempt, call {call_id} (shellward approve "
+        f"{call_id}); wait for it with WaitCall."
     )
 
 

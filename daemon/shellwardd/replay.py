@@ -50,9 +50,10 @@ class Decision:
     content: str = ""
     retryable: bool = False
     # Set by resolve(): the recorded effects were compared with the workspace, and what
-    # that found (the files in conflict, for ASK).
+    # that found (the files in conflict, for ASK; or why they could not be compared).
     checked: bool = False
     conflicts: tuple[str, ...] = ()
+    unknown: str = ""
 
 
 def _step(entry: LedgerEntry) -> str:
@@ -188,8 +189,19 @@ class EffectsState(enum.Enum):
 @dataclass(frozen=True)
 class EffectsCheck:
     state: EffectsState
-    # Files neither at their before- nor at their after-hash (or why none can be checked).
+    # Files neither at their before- nor at their after-hash.
     conflicts: tuple[str, ...] = ()
+    # Why the effects cannot be compared at all ("" when they were): nobody is known to
+    # have changed anything, and the wording must not say so.
+    unknown: str = ""
+
+
+# Why a call's effects cannot be checked, as a clause of a sentence.
+NEVER_OBSERVED = (
+    "which files it changed was never recorded (the daemon stopped, or the call was cut "
+    "short, before its effects were observed)"
+)
+OUTSIDE_WORKSPACE = "it ran outside the workspace, where its effects are not watched"
 
 
 def check_effects(
@@ -197,9 +209,9 @@ def check_effects(
 ) -> EffectsCheck:
     """Compare ``previous``'s recorded file effects with the workspace now."""
     if not previous.workspace:
-        return EffectsCheck(EffectsState.CONFLICT, ("(its effects are outside the workspace)",))
+        return EffectsCheck(EffectsState.CONFLICT, unknown=OUTSIDE_WORKSPACE)
     if not previous.effects_recorded:
-        return EffectsCheck(EffectsState.CONFLICT, ("(its file effects were never observed)",))
+        return EffectsCheck(EffectsState.CONFLICT, unknown=NEVER_OBSERVED)
     if not previous.file_effects:
         return EffectsCheck(EffectsState.AT_BEFORE)
     at_after = at_before = True
@@ -250,7 +262,10 @@ def resolve(
         return elsewhere(previous, here)
     check = check_effects(previous, Path(previous.workspace), hash_of)
     if check.state is EffectsState.CONFLICT:
-        return Decision(Action.ASK, Code.CONFLICT, checked=True, conflicts=check.conflicts)
+        return Decision(
+            Action.ASK, Code.CONFLICT, checked=True, conflicts=check.conflicts,
+            unknown=check.unknown,
+        )  # fmt: skip
     if check.state is EffectsState.ALREADY_APPLIED and previous.status is CallStatus.FAILED:
         why = "it failed, and its files are as it left them: Replay runs it again"
         return Decision(Action.RUN, content=why, checked=True)
@@ -283,6 +298,8 @@ def recovery_item(
     if decision.action is Action.REFUSE:
         return RecoveryItem(entry, "refuse", decision.content)
     if decision.action is Action.ASK:
+        if decision.unknown:
+            return RecoveryItem(entry, "ask", f"not checkable: {decision.unknown}: ask a human")
         shown = ", ".join(decision.conflicts)
         return RecoveryItem(entry, "ask", f"changed since by someone else: {shown}: ask a human")
     if decision.action is Action.ALREADY_APPLIED:

@@ -31,7 +31,7 @@ from shellward.types import (
     Verdict,
     WorkspaceStatus,
 )
-from shellwardd import outcomes, requests
+from shellwardd import metrics, outcomes, requests
 from shellwardd.builtin_tools import BUILTIN_TOOLS
 from shellwardd.calls import (
     CallListener,
@@ -267,14 +267,18 @@ class Runtime:
     def run_command(self, request: CommandRequest, listener: CallListener) -> CommandResult:
         """Run one command (or answer from the ledger). Never raises for bad input."""
         request = replace(request, cwd=requests.canonical_cwd(self._config, request.cwd))
-        return self._call(self._commands, request, self._commands.input_hash(request), listener)
+        result = self._call(self._commands, request, self._commands.input_hash(request), listener)
+        metrics.observe_call("command", result)
+        return result
 
     def call_tool(self, request: ToolRequest) -> CommandResult:
         """Call a built-in or business tool (or answer from the ledger). Never raises for
         bad input."""
         kind = self._kind(request.tool)
         request = replace(request, cwd=requests.canonical_cwd(self._config, request.cwd))
-        return self._call(kind, request, kind.input_hash(request), Silent())
+        result = self._call(kind, request, kind.input_hash(request), Silent())
+        metrics.observe_call("tool", result)
+        return result
 
     def _call(
         self, kind: Kind, request: Any, input_hash: str, listener: CallListener
@@ -321,7 +325,11 @@ class Runtime:
         listener: CallListener,
     ) -> CommandResult:
         """Apply the replay table to a recorded call (its step's newest attempt)."""
-        previous = self.get_call(call_id, run_id, step_id)
+        result = self._replay(self.get_call(call_id, run_id, step_id), rerun, listener)
+        metrics.observe_call("replay", result)
+        return result
+
+    def _replay(self, previous: LedgerEntry, rerun: bool, listener: CallListener) -> CommandResult:
         if not previous.input_json:
             decision = Decision(
                 Action.REFUSE, previous.code,
@@ -385,7 +393,8 @@ class Runtime:
             return already_applied(previous)
         approval = None
         if decision.action is Action.ASK:
-            approval = (Code.CONFLICT, conflict_content(call_id, previous, decision.conflicts))
+            why = conflict_content(call_id, previous, decision.conflicts, decision.unknown)
+            approval = (Code.CONFLICT, why)
         return self._lifecycle.attempt(kind, call_id, input_hash, request, listener, approval)
 
     # --- approvals -----------------------------------------------------------------
@@ -450,7 +459,9 @@ class Runtime:
 
     def _run_approved(self, entry: LedgerEntry) -> None:
         try:
-            self._lifecycle.resume(self._kind(entry.tool_name), entry)
+            result = self._lifecycle.resume(self._kind(entry.tool_name), entry)
+            metrics.observe_call("command" if entry.tool_name == TOOL_RUN_COMMAND else "tool",
+                                 result)  # fmt: skip
         except Exception:
             log.exception("approved call failed", extra={"call_id": entry.call_id})
         finally:

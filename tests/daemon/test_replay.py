@@ -17,6 +17,7 @@ from shellward.types import (
     LedgerEntry,
     ReplayPolicy,
 )
+from shellwardd.outcomes import conflict_content
 from shellwardd.replay import Action, EffectsState, check_effects, decide, recovery_item, resolve
 from shellwardd.watch import content_hash
 from shellwardd.watch.hashing import DIR_HASH
@@ -158,7 +159,22 @@ def test_check_directories(tmp_path: Path) -> None:
 
 def test_unobserved_effects_are_a_conflict(tmp_path: Path) -> None:
     check = check_effects(_with_effects(recorded=False), tmp_path, content_hash)
-    assert check.state is EffectsState.CONFLICT and "never observed" in check.conflicts[0]
+    assert check.state is EffectsState.CONFLICT and "never recorded" in check.unknown
+    assert check.conflicts == ()
+
+
+def test_unobserved_effects_after_a_crash_are_not_called_someone_elses(tmp_path: Path) -> None:
+    """After a daemon crash nobody changed anything: the recovery and the approval say
+    that the effects are unknown, not that someone else changed them."""
+    entry = replace(_with_effects(recorded=False), workspace=str(tmp_path))
+    item = recovery_item(entry, now=NOW, retention=DAY, hash_of=content_hash)
+    assert item is not None and item.action == "ask"
+    assert "someone else" not in item.reason and "never recorded" in item.reason
+    decision = resolve(entry, input_hash=entry.input_hash, rerun=True, now=NOW, retention=DAY,
+                       hash_of=content_hash)  # fmt: skip
+    content = conflict_content("new-call", entry, decision.conflicts, decision.unknown)
+    assert "someone else" not in content
+    assert "cannot be checked" in content and "approve new-call" in content
 
 
 def test_git_writes_cannot_be_checked(tmp_path: Path) -> None:
@@ -169,7 +185,7 @@ def test_git_writes_cannot_be_checked(tmp_path: Path) -> None:
 def test_effects_outside_a_workspace_cannot_be_checked(tmp_path: Path) -> None:
     business = replace(_with_effects(), workspace="")
     check = check_effects(business, tmp_path, content_hash)
-    assert check.state is EffectsState.CONFLICT and "outside the workspace" in check.conflicts[0]
+    assert check.state is EffectsState.CONFLICT and "outside the workspace" in check.unknown
 
 
 def test_no_recorded_effects_runs_again(tmp_path: Path) -> None:

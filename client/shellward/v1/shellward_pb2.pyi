@@ -98,7 +98,7 @@ STREAM_STDOUT: Stream
 STREAM_STDERR: Stream
 
 class RunCommandRequest(_message.Message):
-    __slots__ = ("command", "cwd", "env", "timeout_seconds", "run_id", "step_id", "network", "rerun", "limits")
+    __slots__ = ("command", "cwd", "env", "timeout_seconds", "run_id", "step_id", "network", "rerun", "limits", "stdin")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -115,6 +115,7 @@ class RunCommandRequest(_message.Message):
     NETWORK_FIELD_NUMBER: _ClassVar[int]
     RERUN_FIELD_NUMBER: _ClassVar[int]
     LIMITS_FIELD_NUMBER: _ClassVar[int]
+    STDIN_FIELD_NUMBER: _ClassVar[int]
     command: str
     cwd: str
     env: _containers.ScalarMap[str, str]
@@ -124,7 +125,8 @@ class RunCommandRequest(_message.Message):
     network: NetworkRequest
     rerun: bool
     limits: ResourceLimits
-    def __init__(self, command: _Optional[str] = ..., cwd: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., timeout_seconds: _Optional[float] = ..., run_id: _Optional[str] = ..., step_id: _Optional[str] = ..., network: _Optional[_Union[NetworkRequest, _Mapping]] = ..., rerun: _Optional[bool] = ..., limits: _Optional[_Union[ResourceLimits, _Mapping]] = ...) -> None: ...
+    stdin: bytes
+    def __init__(self, command: _Optional[str] = ..., cwd: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., timeout_seconds: _Optional[float] = ..., run_id: _Optional[str] = ..., step_id: _Optional[str] = ..., network: _Optional[_Union[NetworkRequest, _Mapping]] = ..., rerun: _Optional[bool] = ..., limits: _Optional[_Union[ResourceLimits, _Mapping]] = ..., stdin: _Optional[bytes] = ...) -> None: ...
 
 class NetworkRequest(_message.Message):
     __slots__ = ("allow",)

@@ -63,6 +63,7 @@ class CommandKind:
         timeout = requests.check_timeout(self._config, request.timeout_seconds)
         requests.check_command(request.command)
         requests.check_env(request.env)
+        requests.check_stdin(request.stdin)
         workspace, cwd = requests.resolve_cwd(self._config, request.cwd)
         verdict = self.classify(request.command, cwd, workspace, request.env)
         entry = replace(
@@ -109,6 +110,7 @@ class CommandKind:
             hidden=(self._config.state_dir, self._config.socket.parent),
             read_only=(workspace / COOKIE_DIR,),
             toolchains=tuple(Path(t.path) for t in self._toolchains.for_workspace(str(workspace))),
+            stdin=request.stdin,
         )
 
 

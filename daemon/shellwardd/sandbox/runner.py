@@ -88,6 +88,8 @@ class SandboxSpec:
     # on PATH in this order, and read-only even inside the workspace, so that no command
     # can replace the program a later `pytest` runs.
     toolchains: Sequence[Path] = ()
+    # The command's standard input (b"": /dev/null).
+    stdin: bytes = b""
 
     @property
     def base_env(self) -> dict[str, str]:
@@ -361,9 +363,13 @@ class Sandbox:
                 argv = [*prefix, self._env, "-i", *(f"{k}={v}" for k, v in variables.items()),
                         self._bash, "-c", spec.command]  # fmt: skip
                 passed = []
+            # bwrap hands its stdin to the command: an in-memory file of the request's bytes.
+            stdin = _memfd("stdin", spec.stdin) if spec.stdin else subprocess.DEVNULL
+            if spec.stdin:
+                fds.append(stdin)
             process = subprocess.Popen(
                 argv,
-                stdin=subprocess.DEVNULL,
+                stdin=stdin,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 cwd=spec.cwd if not self.enabled else "/",
