@@ -170,6 +170,24 @@ class FileEffect:
 
 
 @dataclass(frozen=True)
+class NetworkEffect:
+    """One connection a call asked the daemon's proxy for: where to, what was sent, or why
+    it was refused (``refused`` non-empty: nothing was sent)."""
+
+    host: str
+    port: int
+    # The address the proxy checked and connected to ("" if refused before resolving).
+    address: str = ""
+    # "CONNECT" for a tunnel (HTTPS), else the plain HTTP request's method.
+    method: str = ""
+    # A plain HTTP request's path (with its query); "" for a tunnel.
+    path: str = ""
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    refused: str = ""
+
+
+@dataclass(frozen=True)
 class CapturedOutput:
     """One output stream of a call, capped; ``total_bytes`` counts what was produced."""
 
@@ -202,6 +220,10 @@ class LedgerEntry:
     verdict: Verdict | None = None
     file_effects: tuple[FileEffect, ...] = ()
     network_granted: bool = False
+    # Every connection the call asked the proxy for, in order (see docs/network.md).
+    network_effects: tuple[NetworkEffect, ...] = ()
+    # An idempotent-classified call whose traffic was more than reads from its allow-list.
+    unexpected_network: bool = False
     exit_code: int | None = None
     code: Code = Code.OK
     content: str = ""

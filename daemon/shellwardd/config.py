@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from shellward._paths import default_socket_path, default_state_dir, default_user_rules
+from shellwardd.egress.policy import as_network, check_entry, normal_host
 from shellwardd.errors import ConfigError
 
 KIB = 1024
@@ -114,6 +115,11 @@ class Config:
     # workspace of; "" is the host name and a digest of the state directory.
     daemon_id: str = ""
     lease_seconds: float = 30.0
+    # The operator's network allow-list entries (domains, addresses, networks), its denials,
+    # and names pinned to an address (resolved by the proxy before DNS).
+    allow_domains: tuple[str, ...] = ()
+    deny_domains: tuple[str, ...] = ()
+    pinned_hosts: tuple[tuple[str, str], ...] = ()
 
     @property
     def ledger_path(self) -> Path:
@@ -349,6 +355,29 @@ _OPTIONS = (
         "calls become uncertain for the fleet (default 30).",
         kind=float,
     ),
+    _Option(
+        "--allow-domain",
+        "SHELLWARD_ALLOW_DOMAIN",
+        "A destination every call granted network may reach through the daemon's proxy: a "
+        "domain (example.com, or *.example.com for its subdomains), an address or a network "
+        "(10.0.0.0/8). Loopback, link-local and private addresses are reachable only when "
+        "named here. Repeatable (the variable takes a ':'-separated list; see docs/network.md).",
+        repeatable=True,
+    ),
+    _Option(
+        "--deny-domain",
+        "SHELLWARD_DENY_DOMAIN",
+        "A destination no call may reach, even one a rule names (same forms as "
+        "--allow-domain); repeatable.",
+        repeatable=True,
+    ),
+    _Option(
+        "--resolve",
+        "SHELLWARD_RESOLVE",
+        "NAME=ADDRESS: the proxy resolves NAME to ADDRESS instead of asking DNS (the address "
+        "is checked like any other); repeatable.",
+        repeatable=True,
+    ),
     _Option("--log-level", "SHELLWARD_LOG_LEVEL", "debug, info, warning or error (default info)."),
 )
 
@@ -521,7 +550,31 @@ def _validate(values: dict[str, object]) -> Config:
         ledger=str(values.get("ledger") or ""),  # its scheme is checked when it opens
         daemon_id=str(values.get("daemon_id") or ""),
         lease_seconds=_positive(values, "lease_seconds", 30.0),
+        allow_domains=_destinations(values, "allow_domain"),
+        deny_domains=_destinations(values, "deny_domain"),
+        pinned_hosts=tuple(_pinned(raw) for raw in _strings(values.get("resolve"))),
     )
+
+
+def _destinations(values: dict[str, object], key: str) -> tuple[str, ...]:
+    found = []
+    for raw in _strings(values.get(key)):
+        try:
+            found.append(check_entry(raw))
+        except ValueError as exc:
+            raise ConfigError(f"--{key.replace('_', '-')}: {exc}") from None
+    return tuple(found)
+
+
+def _pinned(raw: str) -> tuple[str, str]:
+    name, _, address = raw.partition("=")
+    if as_network(address) is None or "/" in address or as_network(name) is not None:
+        raise ConfigError(f"--resolve {raw!r} is not NAME=ADDRESS (e.g. api.test=192.0.2.7)")
+    try:
+        check_entry(name)
+    except ValueError as exc:
+        raise ConfigError(f"--resolve {raw!r}: {exc}") from None
+    return normal_host(name), normal_host(address)
 
 
 def _hidden(values: dict[str, object]) -> tuple[str, ...]:

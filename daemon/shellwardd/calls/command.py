@@ -15,6 +15,7 @@ from typing import Any
 from shellward.types import CallStatus, Code, Idempotency, LedgerEntry, Verdict
 from shellwardd import requests
 from shellwardd.config import Config, merge_limits
+from shellwardd.egress.policy import EgressPolicy
 from shellwardd.errors import InvalidArgument
 from shellwardd.requests import TOOL_RUN_COMMAND, CommandRequest
 from shellwardd.sandbox import ProcessOutcome, Sandbox, SandboxSpec
@@ -61,7 +62,11 @@ class CommandKind:
             entry,
             cwd=str(cwd),
             workspace=str(workspace),
-            network_granted=request.network or verdict.needs_network,
+            # The verdict decides; a request's `network` only asks (docs/network.md).
+            network_granted=verdict.needs_network,
+            note="; ".join(
+                filter(None, [entry.note, _network_note(request.network, verdict.needs_network)])
+            ),
             timeout_seconds=timeout,
             input_json=requests.to_json(request),
         )
@@ -85,6 +90,13 @@ class CommandKind:
 
         return Execution(work, exclusive=idempotency is not Idempotency.IDEMPOTENT)
 
+    def _egress_policy(self) -> EgressPolicy:
+        """Where a call granted network may go: the operator's allow-list, less its denials."""
+        config = self._config
+        return EgressPolicy(
+            operator=frozenset(config.allow_domains), denied=frozenset(config.deny_domains)
+        )
+
     def _spec(self, started: LedgerEntry, request: CommandRequest) -> SandboxSpec:
         """How this call runs in the sandbox (its entry says where, for how long, with what
         network; the request adds its env and limits)."""
@@ -94,7 +106,7 @@ class CommandKind:
             workspace=workspace,
             cwd=Path(started.cwd),
             env={**request.env, "SHELLWARD_CALL_ID": started.call_id},
-            network=started.network_granted,
+            network=self._egress_policy() if started.network_granted else None,
             timeout=started.timeout_seconds,
             limits=merge_limits(self._config.limits, request.limits),
             output_cap=self._config.output_cap_bytes,
@@ -102,6 +114,15 @@ class CommandKind:
             read_only=(workspace / COOKIE_DIR,),
             toolchains=self._config.toolchains,
         )
+
+
+def _network_note(asked: bool, needed: bool) -> str:
+    if asked and not needed:
+        return (
+            "network was asked for, but no part of this command needs it by the rules, so it "
+            "ran without network"
+        )
+    return ""
 
 
 def finished_entry(

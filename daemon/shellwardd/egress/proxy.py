@@ -1,0 +1,310 @@
+"""The daemon's egress proxy: the only way out of a sandbox that has network.
+
+Choices, and why:
+
+- **One Unix socket per call.** Each call granted network gets its own listening socket in
+  a fresh private directory, bound into its sandbox (:mod:`.relay` turns it into a TCP
+  port inside). Whatever arrives on it belongs to that call: attribution needs no
+  authentication, and the call's allow-list is the socket's.
+- **HTTP CONNECT and plain HTTP forwarding** cover curl, pip, npm, git over HTTPS and
+  Python's urllib through the ``*_PROXY`` variables; no SOCKS (nothing we support needs it).
+  A plain HTTP request is forwarded with ``Connection: close``: one request per
+  connection, so every request's method and path is seen and recorded.
+- **Resolve once, check, connect to what was checked.** The proxy resolves the name
+  itself (the sandbox has no DNS), checks every address (:mod:`.policy`), and connects to
+  the checked address: a second resolution could answer differently (DNS rebinding).
+- **A small asyncio proxy, not a library.** The proxies on PyPI (proxy.py, mitmproxy)
+  bring their own process model, plugins and TLS interception; we need a per-call socket,
+  our own check between resolution and connect, and byte counts per connection, which is
+  two hundred lines on asyncio streams. One event loop in one daemon thread serves every call.
+- **Effects are recorded as connections end**, refusals at once; the call's entry takes
+  them after its process has exited and the proxy socket is closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import socket
+import tempfile
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from shellward.types import NetworkEffect
+from shellwardd.egress.policy import EgressPolicy, normal_host
+
+log = logging.getLogger(__name__)
+
+# (host, port) → addresses; the operator's pinned names answer before DNS.
+Resolver = Callable[[str, int], list[str]]
+
+_HEAD_LIMIT = 64 * 1024
+_HEAD_TIMEOUT = 30.0
+_CONNECT_TIMEOUT = 30.0
+_CHUNK = 256 * 1024
+# Hop-by-hop headers a forwarding proxy drops (RFC 9110 7.6.1), and the proxy's own.
+_HOP_HEADERS = {
+    "connection", "keep-alive", "proxy-connection", "proxy-authorization", "te", "trailer",
+    "upgrade",
+}  # fmt: skip
+
+
+def system_resolver(pinned: Mapping[str, str]) -> Resolver:
+    """Resolve through the host's resolver, with the operator's pinned names first."""
+
+    def resolve(host: str, port: int) -> list[str]:
+        if host in pinned:
+            return [pinned[host]]
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+    return resolve
+
+
+class ProxyErrors:
+    """Counts of what went wrong in the proxy, for metrics: read by whoever exports them."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.counts: dict[str, int] = {}
+
+    def add(self, kind: str) -> None:
+        with self._lock:
+            self.counts[kind] = self.counts.get(kind, 0) + 1
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self.counts)
+
+
+class CallEgress:
+    """One call's socket and the effects recorded on it."""
+
+    def __init__(self, directory: Path, policy: EgressPolicy) -> None:
+        self.directory = directory
+        self.socket_path = directory / "proxy.sock"
+        self.policy = policy
+        self._effects: list[NetworkEffect] = []
+        self._lock = threading.Lock()
+        self._server: asyncio.AbstractServer | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+
+    def record(self, effect: NetworkEffect) -> None:
+        with self._lock:
+            self._effects.append(effect)
+
+    def effects(self) -> tuple[NetworkEffect, ...]:
+        with self._lock:
+            return tuple(self._effects)
+
+
+class EgressProxy:
+    """The event loop and the per-call sockets. ``owner``: the host uid that must be able
+    to connect (a root daemon's sandbox uid); None for the daemon's own."""
+
+    def __init__(self, resolver: Resolver, owner: int | None = None) -> None:
+        self._resolve = resolver
+        self._owner = owner
+        self.errors = ProxyErrors()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="egress-proxy", daemon=True
+        )
+        self._thread.start()
+
+    def open(self, policy: EgressPolicy) -> CallEgress:
+        """A listening socket for one call, reachable by the sandbox's uid only."""
+        directory = Path(tempfile.mkdtemp(prefix="shellward-egress-"))
+        call = CallEgress(directory, policy)
+        try:
+            future = asyncio.run_coroutine_threadsafe(self._listen(call), self._loop)
+            future.result(timeout=10)
+            if self._owner is not None:
+                os.chown(call.socket_path, self._owner, self._owner)
+                os.chown(directory, self._owner, self._owner)
+        except BaseException:
+            self.close_call(call)
+            raise
+        return call
+
+    def close_call(self, call: CallEgress) -> None:
+        """Stop accepting and drop what is still open; the effects stay readable."""
+        with contextlib.suppress(RuntimeError, TimeoutError, OSError):
+            asyncio.run_coroutine_threadsafe(self._stop(call), self._loop).result(timeout=10)
+        shutil.rmtree(call.directory, ignore_errors=True)
+
+    def close(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=5)
+
+    async def _listen(self, call: CallEgress) -> None:
+        connections = call._connections
+
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            task = asyncio.current_task()
+            assert task is not None
+            connections.add(task)
+            try:
+                await self._serve(call, reader, writer)
+            except Exception:  # a connection's fault never reaches the loop
+                self.errors.add("internal")
+                log.exception("egress proxy connection failed")
+            finally:
+                connections.discard(task)
+                writer.close()
+
+        call._server = await asyncio.start_unix_server(
+            serve, path=str(call.socket_path), limit=_HEAD_LIMIT
+        )
+
+    async def _stop(self, call: CallEgress) -> None:
+        if call._server is not None:
+            call._server.close()
+        tasks = list(call._connections)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _serve(
+        self, call: CallEgress, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _HEAD_TIMEOUT)
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
+            self.errors.add("bad_request")
+            return
+        lines = head.decode("latin-1").split("\r\n")
+        parts = lines[0].split(" ")
+        if len(parts) != 3:
+            self.errors.add("bad_request")
+            await _answer(writer, 400, "the proxy expects 'METHOD TARGET HTTP/1.1'")
+            return
+        method, target, _version = parts
+        if method == "CONNECT":
+            host, _, port_text = target.rpartition(":")
+            path, rest, default_port = "", b"", 443
+        else:
+            url = urlsplit(target)
+            if url.scheme != "http" or not url.hostname:
+                self.errors.add("bad_request")
+                await _answer(writer, 400, "plain HTTP through the proxy needs an absolute "
+                              "http:// URL; use HTTPS (CONNECT) for anything else")  # fmt: skip
+                return
+            host, port_text, default_port = url.hostname, str(url.port or ""), 80
+            path = (url.path or "/") + (f"?{url.query}" if url.query else "")
+            rest = _forwarded_head(method, path, url.netloc, lines[1:])
+        host = normal_host(host)
+        port = int(port_text) if port_text.isdigit() else default_port
+        if not host or not 0 < port < 65536:
+            self.errors.add("bad_request")
+            await _answer(writer, 400, f"{target!r} names no host and port")
+            return
+        effect = NetworkEffect(host=host, port=port, method=method, path=path)
+        upstream, address, refusal = await self._connect(call.policy, host, port)
+        if upstream is None:
+            call.record(replace(effect, address=address, refused=refusal))
+            await _answer(writer, 403, f"shellward refused {host}:{port}: {refusal}")
+            return
+        up_reader, up_writer = upstream
+        counts = [len(rest), 0]  # a forwarded request's head counts as sent
+        try:
+            if method == "CONNECT":
+                writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                await writer.drain()
+            else:
+                up_writer.write(rest)
+            await _splice(reader, writer, up_reader, up_writer, counts)
+        finally:
+            # Also when the call ends mid-transfer: what was sent so far is an effect.
+            up_writer.close()
+            sent, received = counts
+            call.record(replace(effect, address=address, bytes_sent=sent, bytes_received=received))
+
+    async def _connect(
+        self, policy: EgressPolicy, host: str, port: int
+    ) -> tuple[tuple[asyncio.StreamReader, asyncio.StreamWriter] | None, str, str]:
+        """(streams, address, "") or (None, address or "", why refused)."""
+        refusal = policy.refuse_name(host)
+        if refusal:
+            return None, "", refusal
+        try:
+            addresses = await self._loop.run_in_executor(None, self._resolve, host, port)
+        except OSError as exc:
+            self.errors.add("resolve")
+            return None, "", f"{host} does not resolve ({exc})"
+        if not addresses:
+            return None, "", f"{host} does not resolve"
+        # Every address must pass: a name with one loopback answer is a loopback name.
+        for address in addresses:
+            refusal = policy.refuse_address(host, address, port)
+            if refusal:
+                return None, address, refusal
+        last = ""
+        for address in addresses:
+            try:
+                streams = await asyncio.wait_for(
+                    asyncio.open_connection(address, port, limit=_CHUNK), _CONNECT_TIMEOUT
+                )
+                return streams, address, ""
+            except (OSError, TimeoutError) as exc:
+                last = str(exc) or type(exc).__name__
+        self.errors.add("connect")
+        return None, addresses[-1], f"cannot connect to {host}:{port}: {last}"
+
+
+def _forwarded_head(method: str, path: str, netloc: str, headers: list[str]) -> bytes:
+    """The request as the origin server sees it: origin-form, no hop-by-hop headers, and
+    ``Connection: close`` (one request per connection, so each one is seen)."""
+    kept = [h for h in headers if h and h.split(":", 1)[0].strip().lower() not in _HOP_HEADERS]
+    if not any(h.split(":", 1)[0].strip().lower() == "host" for h in kept):
+        kept.insert(0, f"Host: {netloc}")
+    lines = [f"{method} {path} HTTP/1.1", *kept, "Connection: close", "", ""]
+    return "\r\n".join(lines).encode("latin-1")
+
+
+async def _answer(writer: asyncio.StreamWriter, status: int, sentence: str) -> None:
+    reason = {400: "Bad Request", 403: "Forbidden"}[status]
+    body = (sentence + "\n").encode()
+    writer.write(
+        f"HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+        + body
+    )
+    with contextlib.suppress(OSError):
+        await writer.drain()
+
+
+async def _splice(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    up_reader: asyncio.StreamReader,
+    up_writer: asyncio.StreamWriter,
+    counts: list[int],
+) -> None:
+    """Copy both ways until the server is done, adding to counts [to upstream, from it]."""
+
+    async def copy(source: asyncio.StreamReader, sink: asyncio.StreamWriter, slot: int) -> None:
+        try:
+            while data := await source.read(_CHUNK):
+                counts[slot] += len(data)
+                sink.write(data)
+                await sink.drain()
+            if sink.can_write_eof():
+                sink.write_eof()
+        except OSError:
+            sink.close()
+
+    upward = asyncio.ensure_future(copy(reader, up_writer, 0))
+    try:
+        await copy(up_reader, writer, 1)
+    finally:
+        # The server is done: what the client still holds open has nowhere to go.
+        upward.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await upward

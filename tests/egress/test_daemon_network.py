@@ -1,0 +1,83 @@
+"""Network through a real daemon: flags, the daemon's own port, the hostile sequence."""
+
+from __future__ import annotations
+
+import re
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from shellward import Client
+from tests.egress.conftest import NAME, Server
+from tests.helpers import Daemon, start_daemon
+
+
+@pytest.fixture
+def daemon(tmp_path: Path, workspace: Path) -> Iterator[Daemon]:
+    # The operator names the test's servers: a pinned name and the loopback address.
+    handle = start_daemon(
+        tmp_path / "run" / "shellward.sock", tmp_path / "state", workspace,
+        "--tcp", "127.0.0.1:0", "--token", "s3cret",
+        "--allow-domain", NAME, "--allow-domain", "127.0.0.1",
+        "--resolve", f"{NAME}=127.0.0.1",
+    )  # fmt: skip
+    yield handle
+    handle.stop(signal.SIGKILL if handle.process.poll() is None else signal.SIGTERM)
+
+
+def _tcp_port(daemon: Daemon) -> int:
+    found = re.search(r"tcp:127\.0\.0\.1:(\d+)", daemon.banner)
+    assert found, daemon.banner
+    return int(found.group(1))
+
+
+def test_network_never_reaches_the_daemons_own_port(daemon: Daemon, workspace: Path) -> None:
+    port = _tcp_port(daemon)
+    # Even with the operator allowing 127.0.0.1: directly it is the sandbox's own loopback
+    # (nothing listens), and the proxy refuses it.
+    command = (
+        f"curl -sS -m 10 --noproxy '' http://127.0.0.1:{port}/ ; "
+        f"curl -sS -m 10 -x http://127.0.0.1:3128 http://127.0.0.1:{port}/ ; "
+        f"exec 3<>/dev/tcp/127.0.0.1/{port} && echo connected"
+    )
+    with daemon.client() as client:
+        result = client.run_command(command, cwd=workspace, network=True)
+    assert b"connected" not in result.stdout.data
+    assert result.stdout.data.count(b"the daemon's own port") == 1
+
+
+def test_git_then_a_socket_cannot_reach_a_host_listener(
+    daemon: Daemon, workspace: Path, listener: tuple[int, list[object]]
+) -> None:
+    # The issue's attack: a command that earns network (git ls-remote), then a direct socket.
+    port, accepted = listener
+    command = (
+        "git ls-remote x; "
+        f"python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}), 3)' "
+        "&& echo connected"
+    )
+    with daemon.client() as client:
+        result = client.run_command(command, cwd=workspace, network=True)
+    assert b"connected" not in result.stdout.data
+    assert accepted == []
+
+
+def test_allowed_destination_through_the_daemon(
+    daemon: Daemon, workspace: Path, http_server: Server
+) -> None:
+    command = f"curl -sS -m 10 -X POST --data-binary x http://{NAME}:{http_server.port}/p"
+    with daemon.client() as client:
+        result = client.run_command(command, cwd=workspace)
+    assert result.ok, result.stderr.data
+    assert http_server.seen == [("POST", "/p", b"x")]
+
+
+def test_a_call_without_network_reaches_nothing(
+    client: Client, workspace: Path, http_server: Server
+) -> None:
+    # `cat` needs no network: no namespace exit, no proxy variables.
+    with client:
+        result = client.run_command("cat /dev/null; env", cwd=workspace, network=True)
+    assert b"PROXY" not in result.stdout.data.upper()
