@@ -154,6 +154,9 @@ class Verdict:
     parts: tuple[CommandPart, ...] = ()
     # Index into ``parts`` of the part that decided the verdict, or None.
     deciding_part: int | None = None
+    # The destinations its rules name (domains; ``*.`` for subdomains): its allow-list,
+    # before the operator's additions.
+    destinations: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -185,6 +188,18 @@ class NetworkEffect:
     bytes_sent: int = 0
     bytes_received: int = 0
     refused: str = ""
+
+
+def network_effect_dict(effect: NetworkEffect) -> dict[str, object]:
+    """What a model reads of one connection: where, what, how much, or why refused."""
+    shown: dict[str, object] = {"host": effect.host, "port": effect.port, "method": effect.method}
+    if effect.path:
+        shown["path"] = effect.path
+    if effect.refused:
+        shown["refused"] = effect.refused
+    else:
+        shown |= {"bytes_sent": effect.bytes_sent, "bytes_received": effect.bytes_received}
+    return shown
 
 
 @dataclass(frozen=True)
@@ -285,6 +300,8 @@ class CommandResult:
     output_json: str = ""
     # The key shellward sent with a business tool call ("" when none).
     idempotency_key: str = ""
+    # Every connection the call asked the daemon's proxy for, refused ones too.
+    network_effects: tuple[NetworkEffect, ...] = ()
 
     @property
     def output(self) -> Any:
@@ -310,6 +327,7 @@ class CommandResult:
                 "stdout_truncated": self.stdout.truncated,
                 "stderr_truncated": self.stderr.truncated,
                 "file_effects": [{"path": e.path, "kind": e.kind.value} for e in self.file_effects],
+                "network_effects": [network_effect_dict(e) for e in self.network_effects],
             },
         }
 

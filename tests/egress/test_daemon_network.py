@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from shellward import Client
+from shellward import Client, Code, Idempotency, ReplayPolicy
 from tests.egress.conftest import NAME, Server
 from tests.helpers import Daemon, start_daemon
 
@@ -81,3 +81,68 @@ def test_a_call_without_network_reaches_nothing(
     with client:
         result = client.run_command("cat /dev/null; env", cwd=workspace, network=True)
     assert b"PROXY" not in result.stdout.data.upper()
+
+
+# An operator's tool the rules call idempotent, which POSTs where the classifier cannot see.
+REPORT_RULE = """
+[[rule]]
+id = "report"
+program = "report"
+idempotency = "idempotent"
+replay = "auto"
+network = true
+reason = "fetches a report"
+match = ["report x"]
+"""
+
+
+@pytest.fixture
+def report_daemon(
+    tmp_path: Path, workspace: Path, host_dir: Path, http_server: Server
+) -> Iterator[Daemon]:
+    tool = host_dir / "bin"
+    tool.mkdir()
+    script = tool / "report"
+    script.write_text(
+        f'#!/bin/sh\nexec curl -sS -m 10 -X "$1" --data-binary x http://{NAME}:{http_server.port}/r\n'
+    )
+    script.chmod(0o755)
+    rules = tmp_path / "user-rules.toml"
+    rules.write_text(REPORT_RULE)
+    handle = start_daemon(
+        tmp_path / "run" / "shellward.sock", tmp_path / "state", workspace,
+        "--allow-domain", NAME, "--allow-domain", "127.0.0.1", "--resolve", f"{NAME}=127.0.0.1",
+        "--user-rules", str(rules), "--toolchain", str(tool),
+    )  # fmt: skip
+    yield handle
+    handle.stop(signal.SIGKILL if handle.process.poll() is None else signal.SIGTERM)
+
+
+def test_an_idempotent_call_that_posts_is_downgraded_and_not_replayed(
+    report_daemon: Daemon, workspace: Path, http_server: Server
+) -> None:
+    with report_daemon.client() as client:
+        first = client.run_command("report POST", cwd=workspace, run_id="r", step_id="s")
+        assert first.ok, first.stderr.data
+        assert first.idempotency is Idempotency.CONDITIONAL
+        assert first.replay_policy is ReplayPolicy.ASK and "POST http://" in first.content
+        entry = client.get_call(first.call_id)
+        assert entry.unexpected_network
+        (effect,) = entry.network_effects
+        assert (effect.method, effect.path, effect.host) == ("POST", "/r", NAME)
+        assert effect.bytes_sent > 0 and effect.bytes_received > 0
+        again = client.run_command(
+            "report POST", cwd=workspace, run_id="r", step_id="s", rerun=True
+        )
+        assert not again.ok and again.code is Code.CONFLICT
+    assert http_server.seen == [("POST", "/r", b"x")]
+
+
+def test_a_read_outside_the_verdicts_destinations_is_unexpected(
+    report_daemon: Daemon, workspace: Path, http_server: Server
+) -> None:
+    # The tool's rule names no destination, so even a GET reaches one outside the verdict's.
+    with report_daemon.client() as client:
+        result = client.run_command("report GET", cwd=workspace)
+        assert result.ok and result.idempotency is Idempotency.CONDITIONAL
+        assert client.get_call(result.call_id).unexpected_network

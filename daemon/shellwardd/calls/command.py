@@ -17,6 +17,7 @@ from shellwardd import requests
 from shellwardd.config import Config, merge_limits
 from shellwardd.egress.policy import EgressPolicy
 from shellwardd.errors import InvalidArgument
+from shellwardd.outcomes import reconcile_network
 from shellwardd.requests import TOOL_RUN_COMMAND, CommandRequest
 from shellwardd.sandbox import ProcessOutcome, Sandbox, SandboxSpec
 from shellwardd.watch.paths import COOKIE_DIR
@@ -86,15 +87,19 @@ class CommandKind:
             outcome = self._sandbox.run(
                 self._spec(started, request), listener.output, cancel, call_id=started.call_id
             )
-            return finished_entry(started, outcome, time.time(), cancel.why)
+            final = finished_entry(started, outcome, time.time(), cancel.why)
+            return reconcile_network(final, outcome.network_effects)
 
         return Execution(work, exclusive=idempotency is not Idempotency.IDEMPOTENT)
 
-    def _egress_policy(self) -> EgressPolicy:
-        """Where a call granted network may go: the operator's allow-list, less its denials."""
+    def _egress_policy(self, verdict: Verdict | None) -> EgressPolicy:
+        """Where a call granted network may go: its rules' destinations and the operator's
+        allow-list, less the operator's denials."""
         config = self._config
         return EgressPolicy(
-            operator=frozenset(config.allow_domains), denied=frozenset(config.deny_domains)
+            domains=frozenset(verdict.destinations if verdict else ()),
+            operator=frozenset(config.allow_domains),
+            denied=frozenset(config.deny_domains),
         )
 
     def _spec(self, started: LedgerEntry, request: CommandRequest) -> SandboxSpec:
@@ -106,7 +111,7 @@ class CommandKind:
             workspace=workspace,
             cwd=Path(started.cwd),
             env={**request.env, "SHELLWARD_CALL_ID": started.call_id},
-            network=self._egress_policy() if started.network_granted else None,
+            network=self._egress_policy(started.verdict) if started.network_granted else None,
             timeout=started.timeout_seconds,
             limits=merge_limits(self._config.limits, request.limits),
             output_cap=self._config.output_cap_bytes,

@@ -66,6 +66,12 @@ def _matches(host: str, entry: str) -> bool:
     return host == entry
 
 
+def allowed(host: str, entries: Iterable[str]) -> bool:
+    """Does one of the domain ``entries`` name ``host``?"""
+    host = normal_host(host)
+    return any(_matches(host, normal_host(entry)) for entry in entries)
+
+
 @dataclass(frozen=True)
 class EgressPolicy:
     """The allow-list of one call. ``domains`` come from rules and the operator;
