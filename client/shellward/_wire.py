@@ -149,6 +149,7 @@ def _part_to_wire(part: t.CommandPart) -> pb.CommandPart:
             for fact in part.arguments
         ],
         context=part.context,
+        destinations=list(part.destinations),
     )
 
 
@@ -305,6 +306,7 @@ def _part_from_wire(message: pb.CommandPart) -> t.CommandPart:
             for fact in message.arguments
         ),
         context=message.context,
+        destinations=tuple(message.destinations),
     )
 
 

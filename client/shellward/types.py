@@ -140,6 +140,8 @@ class CommandPart:
     arguments: tuple[ArgumentFact, ...] = ()
     # Where the part was found: "" at top level, else e.g. "bash -c", "$(...)", "find -exec".
     context: str = ""
+    # The destinations its rule names, when it needs network.
+    destinations: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -810,6 +810,7 @@ def _verdict_from_json(data: dict[str, Any]) -> Verdict:
                     **part,
                     "argv": tuple(part["argv"]),
                     "span": tuple(part["span"]),
+                    "destinations": tuple(part.get("destinations", ())),
                     "idempotency": Idempotency(part["idempotency"]),
                     "replay_policy": ReplayPolicy(part["replay_policy"]),
                     "arguments": tuple(

@@ -172,3 +172,14 @@ def test_every_client_is_pointed_at_the_relay(sandbox: Sandbox, workspace: Path)
     )
     outcome = run(sandbox, workspace, command, OPERATOR)
     assert outcome.stdout.data.split() == [b"http://127.0.0.1:3128"] * 6
+
+
+def test_a_rules_destination_needs_no_operator_entry_for_its_name(
+    sandbox: Sandbox, workspace: Path, http_server: Server
+) -> None:
+    # The rule names the domain; only the (loopback) address needs the operator's word.
+    policy = EgressPolicy(domains=frozenset({NAME}), operator=frozenset({"127.0.0.1"}))
+    outcome = run(sandbox, workspace, f"curl -sS -m 10 http://{NAME}:{http_server.port}/r", policy)
+    assert outcome.stdout.data == b"GET /r ok\n"
+    other = run(sandbox, workspace, f"curl -sS -m 10 http://other.test:{http_server.port}/", policy)
+    assert b"not on this call's allow-list" in other.stdout.data

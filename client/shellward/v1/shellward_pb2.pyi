@@ -251,7 +251,7 @@ class Verdict(_message.Message):
     def __init__(self, idempotency: _Optional[_Union[Idempotency, str]] = ..., replay_policy: _Optional[_Union[ReplayPolicy, str]] = ..., reason: _Optional[str] = ..., needs_network: _Optional[bool] = ..., needs_approval: _Optional[bool] = ..., parts: _Optional[_Iterable[_Union[CommandPart, _Mapping]]] = ..., deciding_part: _Optional[int] = ..., destinations: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class CommandPart(_message.Message):
-    __slots__ = ("program", "resolved_program", "argv", "span_start", "span_end", "idempotency", "replay_policy", "reason", "rule_id", "needs_network", "needs_approval", "arguments", "context")
+    __slots__ = ("program", "resolved_program", "argv", "span_start", "span_end", "idempotency", "replay_policy", "reason", "rule_id", "needs_network", "needs_approval", "arguments", "context", "destinations")
     PROGRAM_FIELD_NUMBER: _ClassVar[int]
     RESOLVED_PROGRAM_FIELD_NUMBER: _ClassVar[int]
     ARGV_FIELD_NUMBER: _ClassVar[int]
@@ -265,6 +265,7 @@ class CommandPart(_message.Message):
     NEEDS_APPROVAL_FIELD_NUMBER: _ClassVar[int]
     ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    DESTINATIONS_FIELD_NUMBER: _ClassVar[int]
     program: str
     resolved_program: str
     argv: _containers.RepeatedScalarFieldContainer[str]
@@ -278,7 +279,8 @@ class CommandPart(_message.Message):
     needs_approval: bool
     arguments: _containers.RepeatedCompositeFieldContainer[ArgumentFact]
     context: str
-    def __init__(self, program: _Optional[str] = ..., resolved_program: _Optional[str] = ..., argv: _Optional[_Iterable[str]] = ..., span_start: _Optional[int] = ..., span_end: _Optional[int] = ..., idempotency: _Optional[_Union[Idempotency, str]] = ..., replay_policy: _Optional[_Union[ReplayPolicy, str]] = ..., reason: _Optional[str] = ..., rule_id: _Optional[str] = ..., needs_network: _Optional[bool] = ..., needs_approval: _Optional[bool] = ..., arguments: _Optional[_Iterable[_Union[ArgumentFact, _Mapping]]] = ..., context: _Optional[str] = ...) -> None: ...
+    destinations: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, program: _Optional[str] = ..., resolved_program: _Optional[str] = ..., argv: _Optional[_Iterable[str]] = ..., span_start: _Optional[int] = ..., span_end: _Optional[int] = ..., idempotency: _Optional[_Union[Idempotency, str]] = ..., replay_policy: _Optional[_Union[ReplayPolicy, str]] = ..., reason: _Optional[str] = ..., rule_id: _Optional[str] = ..., needs_network: _Optional[bool] = ..., needs_approval: _Optional[bool] = ..., arguments: _Optional[_Iterable[_Union[ArgumentFact, _Mapping]]] = ..., context: _Optional[str] = ..., destinations: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ArgumentFact(_message.Message):
     __slots__ = ("index", "text", "kind", "note")
