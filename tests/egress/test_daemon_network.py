@@ -11,7 +11,7 @@ import pytest
 
 from shellward import Client, Code, Idempotency, ReplayPolicy
 from tests.egress.conftest import NAME, Server
-from tests.helpers import Daemon, start_daemon
+from tests.helpers import Daemon, start_daemon, wait_for
 
 
 @pytest.fixture
@@ -146,3 +146,31 @@ def test_a_read_outside_the_verdicts_destinations_is_unexpected(
         result = client.run_command("report GET", cwd=workspace)
         assert result.ok and result.idempotency is Idempotency.CONDITIONAL
         assert client.get_call(result.call_id).unexpected_network
+
+
+def test_a_destination_off_the_allow_list_asks_and_approval_grants_it(
+    tmp_path: Path, workspace: Path, http_server: Server
+) -> None:
+    # The operator names the address, not the name: the name needs a human's approval.
+    handle = start_daemon(
+        tmp_path / "run" / "shellward.sock", tmp_path / "state", workspace,
+        "--allow-domain", "127.0.0.1", "--deny-domain", "evil.test",
+        "--resolve", f"{NAME}=127.0.0.1",
+    )  # fmt: skip
+    try:
+        with handle.client() as client:
+            url = f"http://{NAME}:{http_server.port}/ask"
+            asked = client.run_command(f"curl -sS -m 10 {url}", cwd=workspace)
+            assert asked.code is Code.NEEDS_APPROVAL and NAME in asked.content
+            assert http_server.seen == []
+            denied = client.run_command("curl -sS http://evil.test/", cwd=workspace)
+            assert denied.code is Code.PERMISSION_DENIED and "evil.test" in denied.content
+            address = client.run_command("curl -sS http://169.254.169.254/", cwd=workspace)
+            assert address.code is Code.PERMISSION_DENIED and "169.254.169.254" in address.content
+            client.approve(asked.call_id)
+            wait_for(lambda: client.get_call(asked.call_id).status.is_final, timeout=60)
+            entry = client.get_call(asked.call_id)
+            assert entry.stdout.data == b"GET /ask ok\n", entry
+        assert http_server.seen == [("GET", "/ask", b"")]
+    finally:
+        handle.stop()

@@ -12,11 +12,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from shellward.types import CallStatus, Code, Idempotency, LedgerEntry, Verdict
+from shellward.types import ArgumentKind, CallStatus, Code, Idempotency, LedgerEntry, Verdict
 from shellwardd import requests
 from shellwardd.config import Config, merge_limits
-from shellwardd.egress.policy import EgressPolicy
-from shellwardd.errors import InvalidArgument
+from shellwardd.egress.policy import EgressPolicy, as_network, url_host
+from shellwardd.errors import InvalidArgument, PermissionDenied
 from shellwardd.outcomes import reconcile_network
 from shellwardd.requests import TOOL_RUN_COMMAND, CommandRequest
 from shellwardd.sandbox import ProcessOutcome, Sandbox, SandboxSpec
@@ -59,6 +59,7 @@ class CommandKind:
         requests.check_env(request.env)
         workspace, cwd = requests.resolve_cwd(self._config, request.cwd)
         verdict = self.classify(request.command, cwd, workspace, request.env)
+        verdict, asked = self._destinations(verdict)
         entry = replace(
             entry,
             cwd=str(cwd),
@@ -71,12 +72,16 @@ class CommandKind:
             timeout_seconds=timeout,
             input_json=requests.to_json(request),
         )
-        approval = (
-            f"This command needs a human's approval before its first run ({verdict.reason}). "
-            "Nothing ran yet."
-            if verdict.needs_approval
-            else ""
-        )
+        approval = " ".join(
+            filter(None, [
+                f"This command needs a human's approval before its first run ({verdict.reason})."
+                if verdict.needs_approval else "",
+                f"It asks for {', '.join(asked)}, not on its allow-list: a human's approval "
+                "lets this call reach it (or the operator adds it with --allow-domain)."
+                if asked else "",
+            ])
+        )  # fmt: skip
+        approval += " Nothing ran yet." if approval else ""
         return Plan(entry, verdict, self._execution(request, verdict.idempotency), approval)
 
     def resume(self, entry: LedgerEntry) -> Execution:
@@ -91,6 +96,35 @@ class CommandKind:
             return reconcile_network(final, outcome.network_effects)
 
         return Execution(work, exclusive=idempotency is not Idempotency.IDEMPOTENT)
+
+    def _destinations(self, verdict: Verdict) -> tuple[Verdict, list[str]]:
+        """The hosts the command's URL arguments name that its allow-list lacks: one the
+        operator denies refuses the call; the others ask a human, whose approval adds them
+        to this call's destinations."""
+        if not verdict.needs_network:
+            return verdict, []
+        policy = self._egress_policy(verdict)
+        named = [
+            host
+            for part in verdict.parts
+            if part.needs_network
+            for fact in part.arguments
+            if fact.kind is ArgumentKind.NETWORK and (host := url_host(fact.text))
+        ]
+        for host in named:
+            if policy.denies(host):
+                raise PermissionDenied(
+                    f"This command asks for {host}, which the operator denies (--deny-domain); "
+                    "nothing ran. Use another destination, or ask the user."
+                )
+            if as_network(host) is not None and policy.refuse_name(host):
+                raise PermissionDenied(
+                    f"This command asks for the address {host}; only the operator can allow an "
+                    f"address (--allow-domain {host}). Nothing ran: use the service's name, or "
+                    "ask the user."
+                )
+        asked = [h for h in dict.fromkeys(named) if policy.refuse_name(h)]
+        return replace(verdict, destinations=(*verdict.destinations, *asked)), asked
 
     def _egress_policy(self, verdict: Verdict | None) -> EgressPolicy:
         """Where a call granted network may go: its rules' destinations and the operator's

@@ -21,6 +21,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -60,6 +61,22 @@ def check_entry(entry: str) -> str:
     return host
 
 
+def url_host(text: str) -> str:
+    """The host of a URL argument (``https://h/x``, or ``h.example/x`` as curl reads it);
+    "" when it names none."""
+    if text.startswith("-"):
+        return ""
+    url = urlsplit(text if "://" in text else f"http://{text}")
+    try:
+        host = url.hostname or ""
+    except ValueError:
+        return ""
+    return host if ("://" in text or "." in host) and url.scheme in _WEB else ""
+
+
+_WEB = frozenset({"http", "https", "ftp", "ftps", "ws", "wss"})
+
+
 def _matches(host: str, entry: str) -> bool:
     if entry.startswith("*."):
         return host.endswith(entry[1:])
@@ -96,10 +113,15 @@ class EgressPolicy:
     def allows_anything(self) -> bool:
         return bool((self.domains | self.operator) - self.denied)
 
+    def denies(self, host: str) -> bool:
+        """Does an operator's --deny-domain entry name ``host``?"""
+        host = normal_host(host)
+        return any(_matches(host, d) for d in self.denied if as_network(d) is None)
+
     def refuse_name(self, host: str) -> str:
         """Why ``host`` may not be contacted, or "" if its name is allowed."""
         host = normal_host(host)
-        if any(_matches(host, d) for d in self.denied if as_network(d) is None):
+        if self.denies(host):
             return f"{host} is denied by the operator (--deny-domain)"
         if as_network(host) is not None:
             if self._operator_network(host):

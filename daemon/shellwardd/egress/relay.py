@@ -51,6 +51,7 @@ def pipe(source, sink):
         sink.close()
 while True:
     client, _ = server.accept()
+    client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # no Nagle on handshakes
     upstream = socket.socket(socket.AF_UNIX)
     try:
         upstream.connect(path)
