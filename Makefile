@@ -28,6 +28,7 @@ bench: install
 	$(PY) bench/detect.py --sizes 1000,10000
 	$(PY) bench/fleet.py
 	$(PY) bench/short_rpcs.py
+	$(PY) bench/network.py
 
 ## lint: ruff and mypy (daemon/ and client/ are mypy's source roots)
 lint: install
