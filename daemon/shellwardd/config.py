@@ -14,10 +14,12 @@ import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from shellward._paths import default_socket_path, default_state_dir, default_user_rules
 from shellwardd.egress.policy import as_network, check_entry, normal_host
 from shellwardd.errors import ConfigError
+from shellwardd.tomlfile import TomlFile, read_text
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -378,6 +380,12 @@ _OPTIONS = (
         "is checked like any other); repeatable.",
         repeatable=True,
     ),
+    _Option(
+        "--network-config",
+        "SHELLWARD_NETWORK_CONFIG",
+        "TOML file with the network allow-list: allow_domains = [...], deny_domains = [...], "
+        "resolve = {NAME = ADDRESS}; added to the flags (docs/network.md).",
+    ),
     _Option("--log-level", "SHELLWARD_LOG_LEVEL", "debug, info, warning or error (default info)."),
 )
 
@@ -550,20 +558,52 @@ def _validate(values: dict[str, object]) -> Config:
         ledger=str(values.get("ledger") or ""),  # its scheme is checked when it opens
         daemon_id=str(values.get("daemon_id") or ""),
         lease_seconds=_positive(values, "lease_seconds", 30.0),
-        allow_domains=_destinations(values, "allow_domain"),
-        deny_domains=_destinations(values, "deny_domain"),
-        pinned_hosts=tuple(_pinned(raw) for raw in _strings(values.get("resolve"))),
+        **_network(values),
     )
 
 
-def _destinations(values: dict[str, object], key: str) -> tuple[str, ...]:
+def _network(values: dict[str, object]) -> dict[str, tuple[Any, ...]]:
+    """The allow-list entries of the flags and of the --network-config file, together."""
+    allow, deny = _strings(values.get("allow_domain")), _strings(values.get("deny_domain"))
+    resolve = _strings(values.get("resolve"))
+    path = _existing_file(values.get("network_config"), "--network-config")
+    if path is not None:
+        text = read_text(path, _file_error, "network config")
+        document = TomlFile(str(path), text, _file_error)
+        document.check_top_level(
+            _NETWORK_KEYS, "use allow_domains, deny_domains and resolve (docs/network.md)"
+        )
+        for key, into in (("allow_domains", allow), ("deny_domains", deny)):
+            entries = document.data.get(key, [])
+            if not isinstance(entries, list) or not all(isinstance(e, str) for e in entries):
+                document.fail(document.top_key_line(key), f"`{key}` must be a list of strings")
+            into.extend(entries)
+        pins = document.data.get("resolve", {})
+        if not isinstance(pins, dict) or not all(isinstance(v, str) for v in pins.values()):
+            document.fail(document.top_key_line("resolve"), "`resolve` maps names to addresses")
+        resolve.extend(f"{name}={address}" for name, address in pins.items())
+    return {
+        "allow_domains": _destinations(allow, "allow-domain"),
+        "deny_domains": _destinations(deny, "deny-domain"),
+        "pinned_hosts": tuple(_pinned(raw) for raw in resolve),
+    }
+
+
+_NETWORK_KEYS = ("allow_domains", "deny_domains", "resolve")
+
+
+def _file_error(path: str, line: int, message: str) -> ConfigError:
+    return ConfigError(f"{path}:{line}: {message}")
+
+
+def _destinations(entries: list[str], flag: str) -> tuple[str, ...]:
     found = []
-    for raw in _strings(values.get(key)):
+    for raw in entries:
         try:
             found.append(check_entry(raw))
         except ValueError as exc:
-            raise ConfigError(f"--{key.replace('_', '-')}: {exc}") from None
-    return tuple(found)
+            raise ConfigError(f"--{flag}: {exc}") from None
+    return tuple(dict.fromkeys(found))
 
 
 def _pinned(raw: str) -> tuple[str, str]:
