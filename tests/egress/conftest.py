@@ -21,6 +21,8 @@ class Server:
     port: int
     # (method, path, body) of every request that reached the server.
     seen: list[tuple[str, str, bytes]] = field(default_factory=list)
+    # The Host header of each.
+    hosts: list[str] = field(default_factory=list)
 
 
 def _handler(server: Server) -> type[http.server.BaseHTTPRequestHandler]:
@@ -29,6 +31,7 @@ def _handler(server: Server) -> type[http.server.BaseHTTPRequestHandler]:
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length) if length else b""
             server.seen.append((self.command, self.path, body))
+            server.hosts.append(self.headers.get("Host", ""))
             reply = f"{self.command} {self.path} ok\n".encode()
             self.send_response(200)
             self.send_header("Content-Length", str(len(reply)))

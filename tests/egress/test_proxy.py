@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from shellward.types import NetworkEffect
 from shellwardd.config import Limits
 from shellwardd.egress.policy import EgressPolicy
-from shellwardd.egress.proxy import system_resolver
+from shellwardd.egress.proxy import MAX_EFFECTS, CallEgress, system_resolver
 from shellwardd.sandbox import ProcessOutcome, Sandbox, SandboxSpec
 from tests.egress.conftest import NAME, Server
 
@@ -183,3 +184,23 @@ def test_a_rules_destination_needs_no_operator_entry_for_its_name(
     assert outcome.stdout.data == b"GET /r ok\n"
     other = run(sandbox, workspace, f"curl -sS -m 10 http://other.test:{http_server.port}/", policy)
     assert b"not on this call's allow-list" in other.stdout.data
+
+
+def test_the_host_header_is_the_checked_host(
+    sandbox: Sandbox, workspace: Path, http_server: Server
+) -> None:
+    # A Host header naming another site would reach it behind the same (allowed) address.
+    command = f"curl -sS -m 10 -H 'Host: evil.example' http://{NAME}:{http_server.port}/h"
+    outcome = run(sandbox, workspace, command, OPERATOR)
+    assert outcome.exit_code == 0 and http_server.seen == [("GET", "/h", b"")]
+    assert http_server.hosts == [f"{NAME}:{http_server.port}"]
+
+
+def test_effects_past_the_cap_are_summed() -> None:
+    call = CallEgress(Path("/nonexistent"), OPERATOR)
+    for n in range(MAX_EFFECTS + 5):
+        call.record(NetworkEffect(f"h{n}.test", 80, "203.0.113.7", "GET", "/", 10, 100))
+    effects = call.effects()
+    assert len(effects) == MAX_EFFECTS + 1
+    assert effects[-1].method == "*" and effects[-1].bytes_sent == 50
+    assert effects[-1].bytes_received == 500

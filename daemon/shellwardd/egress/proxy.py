@@ -44,6 +44,8 @@ log = logging.getLogger(__name__)
 # (host, port) → addresses; the operator's pinned names answer before DNS.
 Resolver = Callable[[str, int], list[str]]
 
+# Connections recorded one by one per call; the rest are summed in one more entry.
+MAX_EFFECTS = 1000
 _HEAD_LIMIT = 64 * 1024
 _HEAD_TIMEOUT = 30.0
 _CONNECT_TIMEOUT = 30.0
@@ -97,7 +99,18 @@ class CallEgress:
 
     def record(self, effect: NetworkEffect) -> None:
         with self._lock:
-            self._effects.append(effect)
+            if len(self._effects) < MAX_EFFECTS:
+                self._effects.append(effect)
+                return
+            # Past the cap, one last entry sums the rest (its method is no read: fail closed).
+            last = self._effects[-1] if len(self._effects) > MAX_EFFECTS else None
+            self._effects[MAX_EFFECTS:] = [
+                NetworkEffect(
+                    host="(further connections, summed)", port=0, method="*",
+                    bytes_sent=effect.bytes_sent + (last.bytes_sent if last else 0),
+                    bytes_received=effect.bytes_received + (last.bytes_received if last else 0),
+                )
+            ]  # fmt: skip
 
     def effects(self) -> tuple[NetworkEffect, ...]:
         with self._lock:
@@ -196,9 +209,15 @@ class EgressProxy:
                 await _answer(writer, 400, "plain HTTP through the proxy needs an absolute "
                               "http:// URL; use HTTPS (CONNECT) for anything else")  # fmt: skip
                 return
-            host, port_text, default_port = url.hostname, str(url.port or ""), 80
+            try:
+                host, port_text, default_port = url.hostname, str(url.port or ""), 80
+            except ValueError:
+                self.errors.add("bad_request")
+                await _answer(writer, 400, f"{target!r} has a port that is not a number")
+                return
             path = (url.path or "/") + (f"?{url.query}" if url.query else "")
-            rest = _forwarded_head(method, path, url.netloc, lines[1:])
+            authority = url.netloc.rpartition("@")[2]  # never forward user:password@
+            rest = _forwarded_head(method, path, authority, lines[1:])
         host = normal_host(host)
         port = int(port_text) if port_text.isdigit() else default_port
         if not host or not 0 < port < 65536:
@@ -258,13 +277,14 @@ class EgressProxy:
         return None, addresses[-1], f"cannot connect to {host}:{port}: {last}"
 
 
-def _forwarded_head(method: str, path: str, netloc: str, headers: list[str]) -> bytes:
-    """The request as the origin server sees it: origin-form, no hop-by-hop headers, and
-    ``Connection: close`` (one request per connection, so each one is seen)."""
-    kept = [h for h in headers if h and h.split(":", 1)[0].strip().lower() not in _HOP_HEADERS]
-    if not any(h.split(":", 1)[0].strip().lower() == "host" for h in kept):
-        kept.insert(0, f"Host: {netloc}")
-    lines = [f"{method} {path} HTTP/1.1", *kept, "Connection: close", "", ""]
+def _forwarded_head(method: str, path: str, authority: str, headers: list[str]) -> bytes:
+    """The request as the origin server sees it: origin-form, no hop-by-hop headers,
+    ``Connection: close`` (one request per connection, so each one is seen), and the
+    checked host as ``Host``: a different one would reach another site behind the same
+    address (a CDN's), which the allow-list never named."""
+    dropped = _HOP_HEADERS | {"host"}
+    kept = [h for h in headers if h and h.split(":", 1)[0].strip().lower() not in dropped]
+    lines = [f"{method} {path} HTTP/1.1", f"Host: {authority}", *kept, "Connection: close", "", ""]
     return "\r\n".join(lines).encode("latin-1")
 
 
