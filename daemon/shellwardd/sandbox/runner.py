@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -176,7 +177,6 @@ class Sandbox:
         self._proxy: EgressProxy | None = None
         self._proxy_lock = threading.Lock()
         self._daemon_ports: frozenset[tuple[str, int]] = frozenset()
-        self._python = relay.python() if enabled else ""
         self.detail = "disabled (--no-sandbox): commands run with the daemon's own rights"
 
     def check(self) -> None:
@@ -293,6 +293,16 @@ class Sandbox:
                 self._proxy = EgressProxy(self._resolver, owner)
         return self._proxy.open(policy)
 
+    @functools.cached_property
+    def _python(self) -> str:
+        """The relay's interpreter, found when a call first needs network."""
+        try:
+            return relay.python()
+        except FileNotFoundError as exc:
+            raise SandboxUnavailable(
+                f"{exc}: commands that need network cannot run (install python3)"
+            ) from None
+
     def _profile(self, spec: SandboxSpec, egress: CallEgress | None) -> list[str]:
         source = spec.workspace
         if self._as_root and spec.workspace != _PROBE:
@@ -345,6 +355,7 @@ class Sandbox:
         start = time.monotonic()
         try:
             if self.enabled and spec.network is not None:
+                python = self._python  # before the socket: a missing python3 opens nothing
                 egress = self._egress(spec.network)
             if self._cgroups is not None:
                 cgroup = self._cgroups.create(
@@ -373,7 +384,7 @@ class Sandbox:
                     passed.append(seccomp_fd)
                 argv += ["--json-status-fd", str(status_write), "--"]
                 if egress is not None:
-                    argv += relay.command_prefix(self._python)
+                    argv += relay.command_prefix(python)
                 argv += [self._bash, "-c", spec.command]
             else:
                 # No sandbox: env(1) sets the request's variables for bash only.
