@@ -204,3 +204,30 @@ def test_effects_past_the_cap_are_summed() -> None:
     assert len(effects) == MAX_EFFECTS + 1
     assert effects[-1].method == "*" and effects[-1].bytes_sent == 50
     assert effects[-1].bytes_received == 500
+
+
+FRONTED = """
+import socket, ssl
+s = socket.create_connection(("127.0.0.1", 3128))
+s.sendall(b"CONNECT svc.test:{port} HTTP/1.1\\r\\n\\r\\n")
+s.recv(1000)
+context = ssl.create_default_context()
+context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+tls = context.wrap_socket(s, server_hostname="{name}")
+tls.sendall(b"GET /fronted HTTP/1.1\\r\\nHost: {name}\\r\\nConnection: close\\r\\n\\r\\n")
+print(tls.recv(1000)[:15])
+"""
+
+
+def test_a_tunnel_to_an_allowed_host_cannot_name_another_in_tls(
+    sandbox: Sandbox, workspace: Path, https_server: Server
+) -> None:
+    # Domain fronting: CONNECT to an allowed host, then ask its server for another site.
+    for name, reached in (("evil.example", False), (NAME, True)):
+        (workspace / "front.py").write_text(FRONTED.format(port=https_server.port, name=name))
+        outcome = run(sandbox, workspace, "python3 front.py", OPERATOR)
+        (effect,) = outcome.network_effects
+        assert (b"HTTP/1.0 200" in outcome.stdout.data) is reached, outcome.stderr.data
+        if not reached:
+            assert "TLS server name evil.example" in effect.refused and effect.bytes_sent == 0
+    assert https_server.seen == [("GET", "/fronted", b"")]

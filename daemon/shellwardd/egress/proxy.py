@@ -17,6 +17,9 @@ Choices, and why:
   bring their own process model, plugins and TLS interception; we need a per-call socket,
   our own check between resolution and connect, and byte counts per connection, which is
   two hundred lines on asyncio streams. One event loop in one daemon thread serves every call.
+- **A tunnel's TLS server name must be its host** (or on the allow-list): the proxy reads
+  the client's first record before forwarding it, so a ClientHello naming another site
+  behind the same address (domain fronting) is refused.
 - **Effects are recorded as connections end**, refusals at once; the call's entry takes
   them after its process has exited and the proxy socket is closed.
 """
@@ -48,6 +51,9 @@ Resolver = Callable[[str, int], list[str]]
 MAX_EFFECTS = 1000
 _HEAD_LIMIT = 64 * 1024
 _HEAD_TIMEOUT = 30.0
+# How long a tunnel waits for the client's first bytes (its TLS ClientHello) before it
+# assumes a protocol where the server speaks first.
+_FIRST_WAIT = 0.5
 _CONNECT_TIMEOUT = 30.0
 _CHUNK = 256 * 1024
 # Hop-by-hop headers a forwarding proxy drops (RFC 9110 7.6.1), and the proxy's own.
@@ -232,18 +238,29 @@ class EgressProxy:
             return
         up_reader, up_writer = upstream
         counts = [len(rest), 0]  # a forwarded request's head counts as sent
+        refused = ""
         try:
             if method == "CONNECT":
                 writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
                 await writer.drain()
-            else:
-                up_writer.write(rest)
+                rest = await _first_bytes(reader)
+                name = normal_host(server_name(rest))
+                if name and name != host and call.policy.refuse_name(name):
+                    # Another site behind the same address (domain fronting): not the host
+                    # the allow-list let through.
+                    refused = f"the TLS server name {name} is not the tunnel's host {host}"
+                    return
+                counts[0] = len(rest)
+            up_writer.write(rest)
             await _splice(reader, writer, up_reader, up_writer, counts)
         finally:
             # Also when the call ends mid-transfer: what was sent so far is an effect.
             up_writer.close()
             sent, received = counts
-            call.record(replace(effect, address=address, bytes_sent=sent, bytes_received=received))
+            call.record(
+                replace(effect, address=address, bytes_sent=sent, bytes_received=received,
+                        refused=refused)
+            )  # fmt: skip
 
     async def _connect(
         self, policy: EgressPolicy, host: str, port: int
@@ -286,6 +303,46 @@ def _forwarded_head(method: str, path: str, authority: str, headers: list[str]) 
     kept = [h for h in headers if h and h.split(":", 1)[0].strip().lower() not in dropped]
     lines = [f"{method} {path} HTTP/1.1", f"Host: {authority}", *kept, "Connection: close", "", ""]
     return "\r\n".join(lines).encode("latin-1")
+
+
+async def _first_bytes(reader: asyncio.StreamReader) -> bytes:
+    """What the client sends first in a tunnel, a whole TLS record if it starts one. A
+    protocol where the server speaks first gets nothing within a moment, and goes on."""
+    try:
+        data = await asyncio.wait_for(reader.read(_CHUNK), _FIRST_WAIT)
+    except TimeoutError:
+        return b""
+    if len(data) >= 5 and data[0] == 0x16:
+        need = 5 + int.from_bytes(data[3:5], "big")
+        while len(data) < need:
+            more = await asyncio.wait_for(reader.read(need - len(data)), _HEAD_TIMEOUT)
+            if not more:
+                break
+            data += more
+    return data
+
+
+def server_name(record: bytes) -> str:
+    """The SNI of a TLS ClientHello record ("" if it is none, or names none)."""
+    try:
+        if record[0] != 0x16 or record[5] != 0x01:
+            return ""
+        at = 5 + 4 + 2 + 32  # record header, handshake header, version, random
+        at += 1 + record[at]  # session id
+        at += 2 + int.from_bytes(record[at : at + 2], "big")  # cipher suites
+        at += 1 + record[at]  # compression methods
+        end = at + 2 + int.from_bytes(record[at : at + 2], "big")
+        at += 2
+        while at + 4 <= end:
+            kind = int.from_bytes(record[at : at + 2], "big")
+            size = int.from_bytes(record[at + 2 : at + 4], "big")
+            if kind == 0:  # server_name: list length, type 0 (host name), length, name
+                length = int.from_bytes(record[at + 7 : at + 9], "big")
+                return record[at + 9 : at + 9 + length].decode("ascii", "replace")
+            at += 4 + size
+    except IndexError:
+        return ""
+    return ""
 
 
 async def _answer(writer: asyncio.StreamWriter, status: int, sentence: str) -> None:
