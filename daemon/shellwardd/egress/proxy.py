@@ -377,6 +377,9 @@ async def _splice(
         except OSError:
             sink.close()
 
+    for sink in (writer, up_writer):
+        # Room for a few reads in flight: a 64 KiB high-water mark stalls every chunk.
+        sink.transport.set_write_buffer_limits(high=4 * _CHUNK)
     upward = asyncio.ensure_future(copy(reader, up_writer, 0))
     try:
         await copy(up_reader, writer, 1)

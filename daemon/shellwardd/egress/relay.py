@@ -43,7 +43,7 @@ for fd in (0, 1, 2):
     os.dup2(null, fd)
 def pipe(source, sink):
     try:
-        while data := source.recv(262144):
+        while data := source.recv(1048576):
             sink.sendall(data)
         sink.shutdown(socket.SHUT_WR)
     except OSError:
