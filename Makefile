@@ -34,6 +34,7 @@ bench: install
 	$(PY) bench/detect.py --sizes 1000,10000
 	$(PY) bench/fleet.py
 	$(PY) bench/short_rpcs.py
+	$(PY) bench/network.py
 
 ## lint: ruff and mypy (daemon/ and client/ are mypy's source roots)
 lint: install
@@ -45,7 +46,9 @@ install: system-deps $(STAMP)
 
 # bubblewrap (the sandbox), util-linux (prlimit, setpriv, unshare), gcc (the red-team
 # tests build a preload library), python3-venv and postgresql (the fleet tests start a
-# throw-away server: tests/postgres.py) come from Debian when missing.
+# throw-away server: tests/postgres.py), the system's python3 (the network relay inside the
+# sandbox), curl and openssl (the network tests' client and certificate) come from Debian
+# when missing.
 system-deps:
 	@missing=""; \
 	command -v bwrap >/dev/null 2>&1 || missing="$$missing bubblewrap"; \
@@ -54,6 +57,9 @@ system-deps:
 	command -v gcc >/dev/null 2>&1 || missing="$$missing gcc"; \
 	$(PYTHON) -c 'import ensurepip, venv' >/dev/null 2>&1 || missing="$$missing python3-venv"; \
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	PATH=/usr/local/bin:/usr/bin:/bin command -v python3 >/dev/null 2>&1 || missing="$$missing python3"; \
+	command -v curl >/dev/null 2>&1 || missing="$$missing curl"; \
+	command -v openssl >/dev/null 2>&1 || missing="$$missing openssl"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing system packages:$$missing"; \
 		if [ "$$(id -u)" != 0 ]; then SUDO=sudo; fi; \

@@ -374,6 +374,7 @@ def entry_details(entry: LedgerEntry, style: Style) -> str:
         fields(_entry_fields(entry, style), style),
         _section("verdict", explain(entry.verdict, style) if entry.verdict else "-", style),
         _section("file effects", _effects_text(entry.file_effects, style), style),
+        _section("network effects", _network_text(entry, style), style),
         _section("stdout", _output_text(entry.stdout, style), style),
         _section("stderr", _output_text(entry.stderr, style), style),
         _section("history", _history_text(entry, style), style),
@@ -419,6 +420,11 @@ def _entry_fields(entry: LedgerEntry, style: Style) -> list[tuple[str, str]]:
     ]
     if entry.unexpected_writes:
         pairs.append(("unexpected writes", "yes: the verdict said it would not write files"))
+    if entry.unexpected_network:
+        pairs.append(
+            ("unexpected network", "yes: the verdict said it would only read from its rules' "
+             "destinations")
+        )  # fmt: skip
     if entry.effects_from_rescan:
         pairs.append(("effects", "from a full rescan (the file watcher overflowed)"))
     if entry.note:
@@ -444,6 +450,27 @@ def _effects_text(effects: Sequence[FileEffect], style: Style) -> str:
         for effect in effects
     ]
     return table(("KIND", "BEFORE → AFTER", "SIZE", "PATH"), rows, style)
+
+
+def _network_text(entry: LedgerEntry, style: Style) -> str:
+    if not entry.network_effects:
+        return "none" if entry.network_granted else "none (no network)"
+    rows = [
+        [
+            Cell(effect.method or "-", "yellow"),
+            Cell(
+                f"{effect.host}:{effect.port}" + (f" ({effect.address})" if effect.address else "")
+            ),
+            Cell(effect.path or "-"),
+            Cell(
+                "refused: " + effect.refused
+                if effect.refused
+                else f"{effect.bytes_sent} / {effect.bytes_received}"
+            ),
+        ]
+        for effect in entry.network_effects
+    ]
+    return table(("METHOD", "DESTINATION", "PATH", "SENT / RECEIVED BYTES"), rows, style)
 
 
 def _effect_path(effect: FileEffect) -> str:

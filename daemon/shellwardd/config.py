@@ -15,10 +15,13 @@ import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from shellward._paths import default_socket_path, default_state_dir, default_user_rules
 from shellward._version import package_version
+from shellwardd.egress.policy import as_network, check_entry, normal_host
 from shellwardd.errors import ConfigError
+from shellwardd.tomlfile import TomlFile, read_text
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -126,6 +129,11 @@ class Config:
     metrics_allow_remote: bool = False
     # auto: text lines on a terminal, JSON lines otherwise.
     log_format: str = "auto"
+    # The operator's network allow-list entries (domains, addresses, networks), its denials,
+    # and names pinned to an address (resolved by the proxy before DNS).
+    allow_domains: tuple[str, ...] = ()
+    deny_domains: tuple[str, ...] = ()
+    pinned_hosts: tuple[tuple[str, str], ...] = ()
 
     @property
     def ledger_path(self) -> Path:
@@ -389,6 +397,35 @@ _OPTIONS = (
         "Let --metrics listen on a non-loopback address (the endpoint has no authentication).",
         switch=True,
     ),
+    _Option(
+        "--allow-domain",
+        "SHELLWARD_ALLOW_DOMAIN",
+        "A destination every call granted network may reach through the daemon's proxy: a "
+        "domain (example.com, or *.example.com for its subdomains), an address or a network "
+        "(10.0.0.0/8). Loopback, link-local and private addresses are reachable only when "
+        "named here. Repeatable (the variable takes a ':'-separated list; see docs/network.md).",
+        repeatable=True,
+    ),
+    _Option(
+        "--deny-domain",
+        "SHELLWARD_DENY_DOMAIN",
+        "A destination no call may reach, even one a rule names (same forms as "
+        "--allow-domain); repeatable.",
+        repeatable=True,
+    ),
+    _Option(
+        "--resolve",
+        "SHELLWARD_RESOLVE",
+        "NAME=ADDRESS: the proxy resolves NAME to ADDRESS instead of asking DNS (the address "
+        "is checked like any other); repeatable.",
+        repeatable=True,
+    ),
+    _Option(
+        "--network-config",
+        "SHELLWARD_NETWORK_CONFIG",
+        "TOML file with the network allow-list: allow_domains = [...], deny_domains = [...], "
+        "resolve = {NAME = ADDRESS}; added to the flags (docs/network.md).",
+    ),
     _Option("--log-level", "SHELLWARD_LOG_LEVEL", "debug, info, warning or error (default info)."),
     _Option(
         "--log-format",
@@ -571,6 +608,7 @@ def _validate(values: dict[str, object]) -> Config:
         metrics=_metrics_address(values),
         metrics_allow_remote=bool(values.get("metrics_allow_remote")),
         log_format=_choice(values, "log_format", ("auto", "text", "json")),
+        **_network(values),
     )
 
 
@@ -609,6 +647,61 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False  # a name that might resolve anywhere
+
+
+def _network(values: dict[str, object]) -> dict[str, tuple[Any, ...]]:
+    """The allow-list entries of the flags and of the --network-config file, together."""
+    allow, deny = _strings(values.get("allow_domain")), _strings(values.get("deny_domain"))
+    resolve = _strings(values.get("resolve"))
+    path = _existing_file(values.get("network_config"), "--network-config")
+    if path is not None:
+        text = read_text(path, _file_error, "network config")
+        document = TomlFile(str(path), text, _file_error)
+        document.check_top_level(
+            _NETWORK_KEYS, "use allow_domains, deny_domains and resolve (docs/network.md)"
+        )
+        for key, into in (("allow_domains", allow), ("deny_domains", deny)):
+            entries = document.data.get(key, [])
+            if not isinstance(entries, list) or not all(isinstance(e, str) for e in entries):
+                document.fail(document.top_key_line(key), f"`{key}` must be a list of strings")
+            into.extend(entries)
+        pins = document.data.get("resolve", {})
+        if not isinstance(pins, dict) or not all(isinstance(v, str) for v in pins.values()):
+            document.fail(document.top_key_line("resolve"), "`resolve` maps names to addresses")
+        resolve.extend(f"{name}={address}" for name, address in pins.items())
+    return {
+        "allow_domains": _destinations(allow, "allow-domain"),
+        "deny_domains": _destinations(deny, "deny-domain"),
+        "pinned_hosts": tuple(_pinned(raw) for raw in resolve),
+    }
+
+
+_NETWORK_KEYS = ("allow_domains", "deny_domains", "resolve")
+
+
+def _file_error(path: str, line: int, message: str) -> ConfigError:
+    return ConfigError(f"{path}:{line}: {message}")
+
+
+def _destinations(entries: list[str], flag: str) -> tuple[str, ...]:
+    found = []
+    for raw in entries:
+        try:
+            found.append(check_entry(raw))
+        except ValueError as exc:
+            raise ConfigError(f"--{flag}: {exc}") from None
+    return tuple(dict.fromkeys(found))
+
+
+def _pinned(raw: str) -> tuple[str, str]:
+    name, _, address = raw.partition("=")
+    if as_network(address) is None or "/" in address or as_network(name) is not None:
+        raise ConfigError(f"--resolve {raw!r} is not NAME=ADDRESS (e.g. api.test=192.0.2.7)")
+    try:
+        check_entry(name)
+    except ValueError as exc:
+        raise ConfigError(f"--resolve {raw!r}: {exc}") from None
+    return normal_host(name), normal_host(address)
 
 
 def _hidden(values: dict[str, object]) -> tuple[str, ...]:

@@ -56,6 +56,7 @@ from shellward.types import (
     FileEffect,
     Idempotency,
     LedgerEntry,
+    NetworkEffect,
     ReplayPolicy,
     Transition,
     Verdict,
@@ -63,7 +64,7 @@ from shellward.types import (
 from shellwardd.errors import ConfigError, LedgerBusy, LedgerError
 from shellwardd.statedir import private_file
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # How long a write waits for another process's lock before the call is answered UNAVAILABLE.
 BUSY_TIMEOUT_S = 5.0
 _SQLITE_BUSY_CODES = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED (primary codes)
@@ -167,7 +168,12 @@ def migrations(d: Dialect) -> tuple[tuple[str, ...], ...]:
     expired INTEGER NOT NULL DEFAULT 0
 )""",
     )
-    return (v1, v2)
+    v3 = (
+        # What a call asked the network proxy for, and whether that surprised its verdict.
+        "ALTER TABLE calls ADD COLUMN network_effects TEXT NOT NULL DEFAULT '[]'",
+        "ALTER TABLE calls ADD COLUMN unexpected_network INTEGER NOT NULL DEFAULT 0",
+    )
+    return (v1, v2, v3)
 
 
 # Columns written when a call reaches a final state.
@@ -176,7 +182,7 @@ _FINAL_COLUMNS = (
     "stdout", "stdout_total", "stdout_truncated", "stdout_sha256",
     "stderr", "stderr_total", "stderr_truncated", "stderr_sha256",
     "unexpected_writes", "effects_from_rescan", "effects_recorded", "note", "idempotency",
-    "replay_policy", "output_json",
+    "replay_policy", "output_json", "network_effects", "unexpected_network",
 )  # fmt: skip
 
 _INTERRUPTED_RUNNING = (
@@ -684,6 +690,8 @@ def _entry_to_row(entry: LedgerEntry) -> dict[str, Any]:
         "verdict": json.dumps(_verdict_to_json(entry.verdict)) if entry.verdict else None,
         "file_effects": json.dumps([_effect_to_json(e) for e in entry.file_effects]),
         "network_granted": int(entry.network_granted),
+        "network_effects": json.dumps([dataclasses.asdict(e) for e in entry.network_effects]),
+        "unexpected_network": int(entry.unexpected_network),
         "exit_code": entry.exit_code,
         "code": entry.code.value,
         "content": entry.content,
@@ -725,6 +733,8 @@ def _entry_from_row(row: Any) -> LedgerEntry:
         verdict=_verdict_from_json(json.loads(row["verdict"])) if row["verdict"] else None,
         file_effects=tuple(_effect_from_json(e) for e in json.loads(row["file_effects"])),
         network_granted=bool(row["network_granted"]),
+        network_effects=tuple(NetworkEffect(**e) for e in json.loads(row["network_effects"])),
+        unexpected_network=bool(row["unexpected_network"]),
         exit_code=row["exit_code"],
         code=Code(row["code"]),
         content=row["content"],
@@ -770,6 +780,7 @@ def _verdict_to_json(verdict: Verdict) -> dict[str, Any]:
         "needs_network": verdict.needs_network,
         "needs_approval": verdict.needs_approval,
         "deciding_part": verdict.deciding_part,
+        "destinations": list(verdict.destinations),
         "parts": [
             {
                 **dataclasses.asdict(part),
@@ -792,12 +803,14 @@ def _verdict_from_json(data: dict[str, Any]) -> Verdict:
         needs_network=data["needs_network"],
         needs_approval=data["needs_approval"],
         deciding_part=data["deciding_part"],
+        destinations=tuple(data.get("destinations", ())),
         parts=tuple(
             CommandPart(
                 **{
                     **part,
                     "argv": tuple(part["argv"]),
                     "span": tuple(part["span"]),
+                    "destinations": tuple(part.get("destinations", ())),
                     "idempotency": Idempotency(part["idempotency"]),
                     "replay_policy": ReplayPolicy(part["replay_policy"]),
                     "arguments": tuple(

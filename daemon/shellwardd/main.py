@@ -36,6 +36,7 @@ from shellwardd import logs, metrics, statedir
 from shellwardd.classifier import LiveRules, load_rules
 from shellwardd.classifier.toolchains import build_toolchains
 from shellwardd.config import Config, load_config
+from shellwardd.egress.proxy import system_resolver
 from shellwardd.errors import (
     ConfigError,
     LedgerError,
@@ -127,6 +128,7 @@ class Daemon:
             git_writable=config.git_writable,
             sandbox_uid=config.sandbox_uid,
             state_dir=config.state_dir,
+            resolver=system_resolver(dict(config.pinned_hosts)),
         )
         self.sandbox.check()
         resources.callback(self.sandbox.close)
@@ -212,6 +214,9 @@ class Daemon:
         except RuntimeError as exc:  # grpc cannot bind
             raise ConfigError(f"cannot listen on {config.socket}: {exc}") from exc
         resources.callback(self.listeners.remove_socket)
+        if config.tcp and self.listeners.tcp_port:
+            # No call reaches the daemon's own TCP port through the proxy, whatever is allowed.
+            self.sandbox.guard_port(config.tcp.rpartition(":")[0], self.listeners.tcp_port)
 
         # 8. Metrics, when asked for: their port is checked like the socket's.
         if config.metrics:

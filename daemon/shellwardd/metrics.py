@@ -67,8 +67,8 @@ def observe_call(kind: str, result: CommandResult) -> None:
 
 
 def count_proxy_error(reason: str) -> None:
-    """Count an error of the network proxy. ``reason`` must be one of a fixed set of words
-    (e.g. ``denied``, ``upstream``, ``bad_request``), never a host name or a URL."""
+    """Count an error of the network proxy. ``reason`` is one of a fixed set of words (the
+    proxy's: ``bad_request``, ``resolve``, ``connect``, ``internal``), never a host or a URL."""
     metrics = _metrics
     if metrics is not None:
         metrics.proxy_errors.labels(reason).inc()

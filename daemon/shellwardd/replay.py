@@ -11,7 +11,9 @@ failed before start / denied   the same answer again; nothing runs (busy: run)
 
 "Check" compares the call's recorded file effects with the workspace now
 (:func:`check_effects`): all at their after-hash → ALREADY_APPLIED (nothing runs); all at
-their before-hash → run again; anything else → CONFLICT, and a human must approve.
+their before-hash → run again; anything else → CONFLICT, and a human must approve. A call
+whose network effects include more than plain GET/HEAD requests (an HTTPS tunnel's content
+is not visible) is always CONFLICT: what it sent cannot be compared with the workspace.
 
 :func:`decide` is the table; :func:`resolve` settles its "check" against the workspace; a
 new request (the runtime) and ``shellward recover`` (:func:`recovery_item`) both read the
@@ -28,6 +30,8 @@ from pathlib import Path
 
 from shellward.types import CallStatus, Code, EffectKind, LedgerEntry, RecoveryItem, ReplayPolicy
 
+# Network requests that only read (plain HTTP, where the method is visible).
+READS = frozenset({"GET", "HEAD"})
 # Codes of calls that ended before they started for a passing reason (the daemon was busy
 # or shutting down): a retry of the same step runs, where any other early end repeats.
 TRANSIENT_CODES = frozenset({Code.UNAVAILABLE, Code.INTERRUPTED})
@@ -212,6 +216,13 @@ def check_effects(
         return EffectsCheck(EffectsState.CONFLICT, unknown=OUTSIDE_WORKSPACE)
     if not previous.effects_recorded:
         return EffectsCheck(EffectsState.CONFLICT, unknown=NEVER_OBSERVED)
+    sent = [e for e in previous.network_effects if not e.refused and e.method not in READS]
+    if sent:
+        # What it sent elsewhere cannot be compared with the workspace.
+        shown = ", ".join(f"{e.method} {e.host}:{e.port}{e.path}" for e in sent[:5])
+        return EffectsCheck(
+            EffectsState.CONFLICT, unknown=f"it sent requests the workspace cannot show ({shown})"
+        )
     if not previous.file_effects:
         return EffectsCheck(EffectsState.AT_BEFORE)
     at_after = at_before = True

@@ -12,7 +12,14 @@ from collections.abc import Callable, Iterator
 import psycopg
 import pytest
 
-from shellward.types import CallStatus, Code, Idempotency, LedgerEntry, ReplayPolicy
+from shellward.types import (
+    CallStatus,
+    Code,
+    Idempotency,
+    LedgerEntry,
+    NetworkEffect,
+    ReplayPolicy,
+)
 from shellwardd.errors import LedgerError
 from shellwardd.ledger import (
     POSTGRES,
@@ -68,6 +75,26 @@ def test_a_call_round_trips_and_names_its_daemon(store: Opener) -> None:
     assert [t.status for t in b.transitions("c1")] == [
         CallStatus.PLANNED, CallStatus.STARTED, CallStatus.SUCCEEDED,
     ]  # fmt: skip
+
+
+def test_network_effects_are_stored_with_the_call(store: Opener) -> None:
+    a, b = store("a"), store("b")
+    a.record(_entry("n1", network_granted=True))
+    a.mark_started("n1", time.time())
+    effects = (
+        NetworkEffect("api.test", 443, "203.0.113.7", "CONNECT", "", 517, 4096),
+        NetworkEffect("pay.test", 80, "203.0.113.8", "POST", "/charge?x=1", 120, 80),
+        NetworkEffect("169.254.169.254", 80, "", "GET", "/", refused="an address"),
+    )
+    a.finish(
+        _entry(
+            "n1", network_granted=True, status=CallStatus.SUCCEEDED, finished_at=time.time(),
+            network_effects=effects, unexpected_network=True,
+        )
+    )  # fmt: skip
+    seen = b.get("n1")
+    assert seen is not None and seen.network_effects == effects and seen.unexpected_network
+    assert a.get("n1").network_effects == effects  # type: ignore[union-attr]
 
 
 def test_a_step_claimed_by_one_daemon_is_held_for_every_other(store: Opener) -> None:

@@ -15,6 +15,7 @@ from shellward.types import (
     FileEffect,
     Idempotency,
     LedgerEntry,
+    NetworkEffect,
     ReplayPolicy,
 )
 from shellwardd.outcomes import conflict_content
@@ -215,3 +216,30 @@ def test_a_check_on_a_daemon_that_does_not_hold_the_workspace_says_so(tmp_path: 
     assert "ran on daemon 'a'" in on_b.content and checked == []
     item = recovery_item(entry, now=NOW, retention=DAY, hash_of=hash_of, here="b")
     assert item is not None and item.action == "refuse" and "daemon 'a'" in item.reason
+
+
+def test_what_a_call_sent_over_the_network_cannot_be_checked(tmp_path: Path) -> None:
+    # No file effects, so the workspace alone would say "at before: run again".
+    base = replace(
+        _entry(CallStatus.UNCERTAIN, ReplayPolicy.ASK),
+        effects_recorded=True,
+        workspace=str(tmp_path),
+    )
+    reads = (
+        NetworkEffect("pypi.test", 80, "203.0.113.7", "GET", "/simple/x/", 90, 4000),
+        NetworkEffect("evil.test", 80, "", "POST", "/", refused="not on the allow-list"),
+    )
+    assert check_effects(replace(base, network_effects=reads), tmp_path, content_hash).state is (
+        EffectsState.AT_BEFORE
+    )
+    for sent in (
+        NetworkEffect("pay.test", 80, "203.0.113.8", "POST", "/charge", 120, 80),
+        NetworkEffect("pay.test", 443, "203.0.113.8", "CONNECT", "", 700, 900),
+    ):
+        entry = replace(base, network_effects=(*reads, sent))
+        check = check_effects(entry, tmp_path, content_hash)
+        assert check.state is EffectsState.CONFLICT and "pay.test" in check.unknown
+        decision = resolve(
+            entry, input_hash="h", rerun=False, now=NOW, retention=DAY, hash_of=content_hash
+        )
+        assert decision.action is Action.ASK

@@ -112,7 +112,10 @@ def add(commands: Commands) -> None:
     run.add_argument(
         "--network",
         action="store_true",
-        help="ask for network access (the verdict and rules decide)",
+        help="ask for network access; it never grants it: a command gets network only when its "
+        "rules say it uses the network, in its own network namespace whose only exit is the "
+        "daemon's proxy, to the destinations its rules and the operator allow "
+        "(docs/network.md)",
     )
     run.add_argument(
         "--no-stdin",

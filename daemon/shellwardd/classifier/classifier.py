@@ -120,6 +120,7 @@ def _verdict(command: str, parts: list[CommandPart]) -> Verdict:
         needs_approval=any(p.needs_approval for p in parts),
         parts=tuple(parts),
         deciding_part=deciding,
+        destinations=tuple(dict.fromkeys(d for p in parts for d in p.destinations)),
     )
 
 

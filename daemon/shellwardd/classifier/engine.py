@@ -245,6 +245,8 @@ class _Judgement:
     rule_id: str
     network: bool = False
     approval: bool = False
+    # The destinations the deciding rule names (its allow-list when it has network).
+    hosts: tuple[str, ...] = ()
     facts: dict[int, ArgumentFact] = field(default_factory=dict)
     # Inner commands to classify as parts of their own: (kind, context, start, end).
     inner: list[tuple[str, str, int, int]] = field(default_factory=list)
@@ -411,6 +413,7 @@ class Analyzer:
                 needs_approval=j.approval,
                 arguments=tuple(j.facts[k] for k in sorted(j.facts)),
                 context=context,
+                destinations=j.hosts if j.network else (),
             )
         )
 
@@ -660,6 +663,7 @@ class Analyzer:
             rule.qualified_id,
             rule.network,
             rule.approval,
+            rule.hosts,
         )
         judgement.fact(0, texts[0], ArgumentKind.PROGRAM)
         if sub:
@@ -715,6 +719,14 @@ class Analyzer:
                 if key not in self.git_hazards:
                     self.git_hazards[key] = gitconfig.hazards(directory)
                 found.extend(self.git_hazards[key])
+        if j.network:
+            # git's network commands reach the URL they are given or the repository's remotes.
+            named = [gitconfig.url_host(text) for text in texts[1:]]
+            for start in starts if explicit is None else explicit:
+                directory = gitconfig.git_dir(start) if explicit is None else Path(start)
+                if directory is not None:
+                    named += gitconfig.remote_hosts(directory)
+            j.hosts = tuple(dict.fromkeys([*j.hosts, *filter(None, named)]))
         if found:
             more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
             j.raise_to(

@@ -19,6 +19,8 @@ The profile is :mod:`.profile`'s; this module starts it and ends it. Choices, an
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -32,8 +34,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from shellward.types import CapturedOutput, ContainmentControl, OutputChunk, Stream
+from shellward.types import CapturedOutput, ContainmentControl, NetworkEffect, OutputChunk, Stream
 from shellwardd.config import DEFAULT_HIDDEN, Limits
+from shellwardd.egress import relay
+from shellwardd.egress.policy import EgressPolicy
+from shellwardd.egress.proxy import CallEgress, EgressProxy, Resolver, system_resolver
 from shellwardd.errors import SandboxUnavailable
 from shellwardd.sandbox.cgroup import CallCgroup, Cgroups
 from shellwardd.sandbox.idmap import (
@@ -75,7 +80,8 @@ class SandboxSpec:
     workspace: Path
     cwd: Path
     env: Mapping[str, str]
-    network: bool
+    # The call's allow-list; None: no network at all.
+    network: EgressPolicy | None
     timeout: float
     limits: Limits
     output_cap: int
@@ -109,6 +115,8 @@ class ProcessOutcome:
     stderr: CapturedOutput
     sandbox_error: str = ""
     duration: float = 0.0
+    # What the call asked the proxy for (empty without network).
+    network_effects: tuple[NetworkEffect, ...] = ()
 
 
 class _Capture:
@@ -150,6 +158,7 @@ class Sandbox:
         git_writable: bool = False,
         sandbox_uid: int = 65534,
         state_dir: Path | None = None,
+        resolver: Resolver | None = None,
     ) -> None:
         self.enabled = enabled
         self._home = home or Path.home()
@@ -173,6 +182,11 @@ class Sandbox:
         self._views = IdmappedWorkspaces(mount_root(key), sandbox_uid, sandbox_uid)
         self._filter: Filter | None = None
         self._private_mounts = False
+        # The proxy every networked call leaves through (started with the first one).
+        self._resolver = resolver or system_resolver({})
+        self._proxy: EgressProxy | None = None
+        self._proxy_lock = threading.Lock()
+        self._daemon_ports: frozenset[tuple[str, int]] = frozenset()
         self.detail = "disabled (--no-sandbox): commands run with the daemon's own rights"
 
     def reaches(self, path: Path) -> bool:
@@ -206,7 +220,7 @@ class Sandbox:
                 "accept no isolation."
             ) from None
         probe = self.run(
-            SandboxSpec("true", _PROBE, _PROBE, {}, False, 30.0, Limits(), 4096),
+            SandboxSpec("true", _PROBE, _PROBE, {}, None, 30.0, Limits(), 4096),
             lambda chunk: None,
             threading.Event(),
         )
@@ -258,6 +272,8 @@ class Sandbox:
 
     def close(self) -> None:
         """At shutdown, after the last call: remove the workspace mounts and cgroups."""
+        if self._proxy is not None:
+            self._proxy.close()
         if self._as_root:
             self._views.close()
         if self._cgroups is not None:
@@ -274,7 +290,30 @@ class Sandbox:
             prefix += ["--reuid", uid, "--regid", gid, "--clear-groups"]
         return [*prefix, "--pdeathsig", "KILL", "--"]
 
-    def _profile(self, spec: SandboxSpec) -> list[str]:
+    def guard_port(self, host: str, port: int) -> None:
+        """The daemon listens on ``host:port``: refuse it to every call's traffic."""
+        host = host.strip("[]")
+        self._daemon_ports |= {(host, port)}
+
+    def _egress(self, policy: EgressPolicy) -> CallEgress:
+        policy = dataclasses.replace(policy, daemon_ports=policy.daemon_ports | self._daemon_ports)
+        with self._proxy_lock:
+            if self._proxy is None:
+                owner = self._identity.uid if self._as_root else None
+                self._proxy = EgressProxy(self._resolver, owner)
+        return self._proxy.open(policy)
+
+    @functools.cached_property
+    def _python(self) -> str:
+        """The relay's interpreter, found when a call first needs network."""
+        try:
+            return relay.python()
+        except FileNotFoundError as exc:
+            raise SandboxUnavailable(
+                f"{exc}: commands that need network cannot run (install python3)"
+            ) from None
+
+    def _profile(self, spec: SandboxSpec, egress: CallEgress | None) -> list[str]:
         source = spec.workspace
         if self._as_root and spec.workspace != _PROBE:
             # bwrap, as the sandbox uid, walks to the workspace through the host's
@@ -302,7 +341,7 @@ class Sandbox:
             workspace_source=source,
             cwd=spec.cwd,
             env=env,
-            network=spec.network,
+            egress_socket=egress.socket_path if egress else None,
             tmp_bytes=spec.limits.tmp_bytes,
             identity=self._identity,
             as_root=self._as_root,
@@ -322,8 +361,12 @@ class Sandbox:
         """Run to completion, timeout or cancellation; never raises for the command's faults."""
         fds: list[int] = []
         cgroup: CallCgroup | None = None
+        egress: CallEgress | None = None
         start = time.monotonic()
         try:
+            if self.enabled and spec.network is not None:
+                python = self._python  # before the socket: a missing python3 opens nothing
+                egress = self._egress(spec.network)
             if self._cgroups is not None:
                 cgroup = self._cgroups.create(
                     call_id or f"{os.getpid()}-{threading.get_ident()}-{time.monotonic_ns()}",
@@ -336,7 +379,7 @@ class Sandbox:
             if self.enabled:
                 status_read, status_write = os.pipe()
                 fds += [status_read, status_write]
-                profile = self._profile(spec)
+                profile = self._profile(spec, egress)
                 if any("\0" in arg for arg in profile):
                     # One NUL would split an argument in two: an injected bwrap option.
                     raise SandboxUnavailable("a NUL byte in the sandbox profile; nothing ran")
@@ -349,14 +392,10 @@ class Sandbox:
                     fds.append(seccomp_fd)
                     argv += ["--seccomp", str(seccomp_fd)]
                     passed.append(seccomp_fd)
-                argv += [
-                    "--json-status-fd",
-                    str(status_write),
-                    "--",
-                    self._bash,
-                    "-c",
-                    spec.command,
-                ]
+                argv += ["--json-status-fd", str(status_write), "--"]
+                if egress is not None:
+                    argv += relay.command_prefix(python)
+                argv += [self._bash, "-c", spec.command]
             else:
                 # No sandbox: env(1) sets the request's variables for bash only.
                 variables = {"HOME": str(self._home), "TERM": "dumb", **spec.base_env, **spec.env}
@@ -382,6 +421,8 @@ class Sandbox:
                 os.close(fd)
             if cgroup is not None:
                 cgroup.remove()
+            if egress is not None:
+                self._end_egress(egress)
             message = exc.message if isinstance(exc, SandboxUnavailable) else str(exc)
             return ProcessOutcome(
                 started=False, exit_code=None, timed_out=False, cancelled=False,
@@ -419,6 +460,7 @@ class Sandbox:
             if cgroup is not None:
                 cgroup.remove()  # nothing of the call outlives it
         duration = time.monotonic() - start
+        effects = self._end_egress(egress) if egress is not None else ()
 
         started, inner_exit = True, exit_code
         if status_read is not None:
@@ -435,7 +477,13 @@ class Sandbox:
             stderr=stderr,
             sandbox_error="" if started else stderr.text.strip() or f"bwrap exited {exit_code}",
             duration=duration,
+            network_effects=effects,
         )
+
+    def _end_egress(self, egress: CallEgress) -> tuple[NetworkEffect, ...]:
+        assert self._proxy is not None
+        self._proxy.close_call(egress)
+        return egress.effects()
 
 
 def _pump(
