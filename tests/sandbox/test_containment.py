@@ -314,3 +314,86 @@ def test_tmp_is_bounded(sandbox: Sandbox, workspace: Path, where: str) -> None:
     )
     assert outcome.exit_code != 0 or "No space" in outcome.stderr.text
     assert int(outcome.stdout.text.split()[0]) <= 4 * 1024, out(outcome)
+
+
+# --- the spawn server: nothing of it reaches a command; its death fails closed ----------
+
+
+def _spawn_servers() -> set[int]:
+    """This process's spawn servers (children running spawner.py), by pid."""
+    found = set()
+    for proc in Path("/proc").iterdir():
+        try:
+            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            ours = proc.name.isdigit() and ppid == os.getpid()
+            if ours and b"spawner.py" in (proc / "cmdline").read_bytes():
+                found.add(int(proc.name))
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
+def _kill_server(pid: int) -> None:
+    os.kill(pid, 9)
+
+    def dead() -> bool:  # a zombie (or gone): its sockets are closed by then
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+        except OSError:
+            return True
+
+    wait_for(dead)
+
+
+@pytest.fixture
+def fresh_box(request: pytest.FixtureRequest) -> tuple[Sandbox, int]:
+    """A sandbox of its own, and the pid of its spawn server."""
+    before = _spawn_servers()
+    box = Sandbox()
+    box.check()
+    request.addfinalizer(box.close)
+    (server,) = _spawn_servers() - before
+    return box, server
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_no_descriptor_of_the_daemon_reaches_the_command(workspace: Path, enabled: bool) -> None:
+    # The spawn server's control socket would let a command ask for an unsandboxed spawn.
+    box = Sandbox(enabled=enabled)
+    box.check()
+    try:
+        outcome = run(box, workspace, "ls /proc/self/fd")
+    finally:
+        box.close()
+    # 0-2 are stdin, stdout, stderr; 3 is the directory ls itself opened to list them.
+    assert outcome.stdout.text.split() == ["0", "1", "2", "3"], out(outcome)
+
+
+def test_a_dead_spawn_server_fails_the_next_call_closed_and_comes_back(
+    fresh_box: tuple[Sandbox, int], workspace: Path
+) -> None:
+    box, server = fresh_box
+    _kill_server(server)
+    refused = run(box, workspace, "echo ran > ran.txt")
+    assert not refused.started and "spawn server" in refused.sandbox_error
+    assert not (workspace / "ran.txt").exists()
+    again = run(box, workspace, "echo ran > ran.txt")
+    assert again.started and again.exit_code == 0, again.sandbox_error
+    assert (workspace / "ran.txt").exists()
+    assert server not in _spawn_servers()
+
+
+def test_a_spawn_server_killed_mid_call_takes_the_call_with_it(
+    fresh_box: tuple[Sandbox, int], workspace: Path
+) -> None:
+    box, server = fresh_box
+    outcomes: list[ProcessOutcome] = []
+    thread = threading.Thread(target=lambda: outcomes.append(run(box, workspace, "sleep 197")))
+    thread.start()
+    wait_for(lambda: host_processes("sleep 197"))
+    _kill_server(server)
+    thread.join(timeout=30)
+    (outcome,) = outcomes
+    assert outcome.started and outcome.exit_code is None
+    assert "spawn server stopped while the command ran" in outcome.sandbox_error
+    _no_survivor("sleep 197")
