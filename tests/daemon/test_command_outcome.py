@@ -33,16 +33,3 @@ def test_a_cancel_while_it_ran_is_uncertain_and_says_who() -> None:
     final = finished_entry(ENTRY, _outcome(started=True, cancelled=True), 1.0, "a client left")
     assert (final.status, final.code) == (CallStatus.UNCERTAIN, Code.SIDE_EFFECT_UNCERTAIN)
     assert "a client left" in final.content and "cancelled: a client left" in final.note
-
-
-def test_a_sandbox_lost_while_the_command_ran_is_uncertain_not_failed() -> None:
-    # The spawn server died mid-call: the command was killed with it, after it may have
-    # written; a failed row would let a retry policy run it again as if nothing happened.
-    lost = ProcessOutcome(
-        started=True, exit_code=None, timed_out=False, cancelled=False,
-        stdout=CapturedOutput(), stderr=CapturedOutput(),
-        sandbox_error="the spawn server stopped while the command ran",
-    )  # fmt: skip
-    final = finished_entry(ENTRY, lost, 1.0)
-    assert (final.status, final.code) == (CallStatus.UNCERTAIN, Code.SANDBOX_ERROR)
-    assert "may have partly run" in final.content and "spawn server" in final.content

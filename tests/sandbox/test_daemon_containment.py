@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import threading
 import time
@@ -12,7 +11,6 @@ from pathlib import Path
 import grpc
 
 from shellward import Client, ShellwardError
-from shellward.types import Code
 from shellward.v1 import shellward_pb2 as pb
 from shellward.v1 import shellward_pb2_grpc as pb_grpc
 from tests.helpers import Daemon, host_processes, start_daemon, wait_for
@@ -70,12 +68,9 @@ def _kill_right_after_spawn(daemon: Daemon, command: str, cwd: Path) -> None:
         with contextlib.suppress(ShellwardError):  # the daemon dies under the call on purpose
             client.run_command(command, cwd=cwd, timeout=120)
 
-    # The daemon spawns through its spawn server (its one child from the start): the
-    # command's first process is the server's child.
-    (server,) = _spawn_servers(daemon.process.pid)
     worker = threading.Thread(target=call, daemon=True)
     worker.start()
-    tasks = Path(f"/proc/{server}/task")
+    tasks = Path(f"/proc/{daemon.process.pid}/task")
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         if any(_children(task) for task in tasks.iterdir()):
@@ -106,32 +101,3 @@ def _children(task: Path) -> str:
         return (task / "children").read_text().strip()
     except FileNotFoundError:
         return ""
-
-
-def _spawn_servers(daemon_pid: int) -> list[int]:
-    return [
-        int(child)
-        for task in Path(f"/proc/{daemon_pid}/task").iterdir()
-        for child in _children(task).split()
-        if b"spawner.py" in Path(f"/proc/{child}/cmdline").read_bytes()
-    ]
-
-
-def test_a_killed_spawn_server_fails_one_call_closed_then_is_replaced(
-    tmp_path: Path, workspace: Path
-) -> None:
-    daemon = start_daemon(tmp_path / "s.sock", tmp_path / "state", workspace)
-    try:
-        (server,) = _spawn_servers(daemon.process.pid)
-        os.kill(server, signal.SIGKILL)
-        wait_for(lambda: Path(f"/proc/{server}/stat").read_text().split(") ")[1][0] == "Z")
-        with daemon.client() as client:
-            refused = client.run_command("touch ran.txt", cwd=workspace)
-            assert refused.code is Code.SANDBOX_ERROR and "spawn server" in refused.content
-            assert "Nothing ran" in refused.content and not (workspace / "ran.txt").exists()
-            again = client.run_command("touch ran.txt", cwd=workspace)
-            assert again.code is Code.OK and (workspace / "ran.txt").exists()
-        (replacement,) = _spawn_servers(daemon.process.pid)
-        assert replacement != server
-    finally:
-        daemon.stop()

@@ -130,12 +130,6 @@ def finished_entry(
             content=f"The sandbox could not start the command: {outcome.sandbox_error}. Nothing "
             "ran. This is a problem of the daemon's set-up, not of the command; tell the user.",
         )  # fmt: skip
-    if outcome.sandbox_error:  # started, then the sandbox lost it: it may have partly run
-        return replace(
-            entry, status=CallStatus.UNCERTAIN, code=Code.SANDBOX_ERROR, **common,
-            content=f"The command started but {outcome.sandbox_error}; it may have partly "
-            f"run. {check}",
-        )  # fmt: skip
     if outcome.timed_out:
         if known_idempotent:
             return replace(

@@ -45,7 +45,6 @@ from shellwardd.sandbox.idmap import (
 )
 from shellwardd.sandbox.profile import BASE_ENV, Identity, bwrap_args, git_protected, hidden_paths
 from shellwardd.sandbox.seccomp import Filter, SeccompUnavailable, build_filter
-from shellwardd.sandbox.spawner import Spawned, Spawner
 
 # After the command exits, how long to wait for stray writers to close the pipes.
 _DRAIN_SECONDS = 2.0
@@ -164,7 +163,6 @@ class Sandbox:
         self._views = IdmappedWorkspaces(mount_root(key), sandbox_uid, sandbox_uid)
         self._filter: Filter | None = None
         self._private_mounts = False
-        self._spawner = Spawner()
         self.detail = "disabled (--no-sandbox): commands run with the daemon's own rights"
 
     def check(self) -> None:
@@ -185,8 +183,6 @@ class Sandbox:
         self._cgroups = Cgroups.detect(self._key)
         if self._as_root:
             self._private_mounts = private_mount_namespace()
-        # After the mount namespace (the spawn server inherits it), before any thread.
-        self._spawner.start()
         try:
             self._filter = build_filter()
         except SeccompUnavailable as exc:
@@ -251,7 +247,6 @@ class Sandbox:
             self._views.close()
         if self._cgroups is not None:
             self._cgroups.close()
-        self._spawner.stop()
 
     def _spawn_prefix(self, cgroup: CallCgroup | None) -> list[str]:
         """sh joins the call's cgroup, then setpriv drops to the sandbox uid (root daemon)
@@ -322,14 +317,7 @@ class Sandbox:
                 )
             prefix = [*self._spawn_prefix(cgroup), str(self._prlimit)]
             prefix += [*_prlimit_args(spec.limits), "--"]
-            # The child's fds: stdin, stdout, stderr, then ``passed[i]`` as fd 3 + i.
-            stdout_read, stdout_write = os.pipe()
-            stderr_read, stderr_write = os.pipe()
-            fds += [stdout_read, stdout_write, stderr_read, stderr_write]
-            null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
-            fds.append(null)
-            passed = [null, stdout_write, stderr_write]
-            status_read = None
+            status_read = status_write = None
             if self.enabled:
                 status_read, status_write = os.pipe()
                 fds += [status_read, status_write]
@@ -339,25 +327,36 @@ class Sandbox:
                     raise SandboxUnavailable("a NUL byte in the sandbox profile; nothing ran")
                 args_fd = _memfd("bwrap-args", "\0".join(profile) + "\0")
                 fds.append(args_fd)
-                passed += [status_write, args_fd]
-                argv = [*prefix, str(self._bwrap), "--args", str(len(passed) - 1)]
+                argv = [*prefix, str(self._bwrap), "--args", str(args_fd)]
+                passed = [status_write, args_fd]
                 if self._filter is not None:
                     seccomp_fd = _memfd("seccomp", self._filter.program)
                     fds.append(seccomp_fd)
+                    argv += ["--seccomp", str(seccomp_fd)]
                     passed.append(seccomp_fd)
-                    argv += ["--seccomp", str(len(passed) - 1)]
-                argv += ["--json-status-fd", "3", "--", self._bash, "-c", spec.command]
+                argv += [
+                    "--json-status-fd",
+                    str(status_write),
+                    "--",
+                    self._bash,
+                    "-c",
+                    spec.command,
+                ]
             else:
                 # No sandbox: env(1) sets the request's variables for bash only.
                 variables = {"HOME": str(self._home), "TERM": "dumb", **spec.base_env, **spec.env}
                 argv = [*prefix, self._env, "-i", *(f"{k}={v}" for k, v in variables.items()),
                         self._bash, "-c", spec.command]  # fmt: skip
-            process = self._spawner.spawn(
+                passed = []
+            process = subprocess.Popen(
                 argv,
-                BASE_ENV,
-                str(spec.cwd) if not self.enabled else "/",
-                passed,
-                new_session=not self.enabled,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=spec.cwd if not self.enabled else "/",
+                env=BASE_ENV,
+                start_new_session=not self.enabled,
+                pass_fds=passed,
             )
         except (OSError, SandboxUnavailable) as exc:
             for fd in fds:
@@ -371,7 +370,7 @@ class Sandbox:
                 sandbox_error=f"could not start the sandbox: {message}",
             )  # fmt: skip
         for fd in fds:
-            if fd not in (status_read, stdout_read, stderr_read):
+            if fd != status_read:
                 os.close(fd)
         if on_spawn:
             on_spawn()
@@ -392,13 +391,12 @@ class Sandbox:
 
         try:
             timed_out, cancelled = _pump(
-                process, {stdout_read: Stream.STDOUT, stderr_read: Stream.STDERR}, captures,
-                on_output, start + spec.timeout, cancel, kill, status_read, status,
+                process, captures, on_output, start + spec.timeout, cancel, kill,
+                status_read, status,
             )  # fmt: skip
             exit_code = process.wait()
         finally:
             status.close()
-            process.close()
             if cgroup is not None:
                 cgroup.remove()  # nothing of the call outlives it
         duration = time.monotonic() - start
@@ -408,13 +406,7 @@ class Sandbox:
             started, inner_exit = status.started, status.exit_code(exit_code)
         stderr = captures[Stream.STDERR].result()
         # A killed command has no exit status of its own.
-        final_exit = None if timed_out or cancelled or not started or process.lost else inner_exit
-        error = "" if started else stderr.text.strip() or f"bwrap exited {exit_code}"
-        if process.lost:
-            error = (
-                f"the spawn server stopped while the command ran, which killed the command "
-                f"(a new server starts with the next call){'; ' + error if error else ''}"
-            )
+        final_exit = None if timed_out or cancelled or not started else inner_exit
         return ProcessOutcome(
             started=started,
             exit_code=final_exit,
@@ -422,14 +414,13 @@ class Sandbox:
             cancelled=cancelled,
             stdout=captures[Stream.STDOUT].result(),
             stderr=stderr,
-            sandbox_error=error,
+            sandbox_error="" if started else stderr.text.strip() or f"bwrap exited {exit_code}",
             duration=duration,
         )
 
 
 def _pump(
-    process: Spawned,
-    pipes: dict[int, Stream],
+    process: subprocess.Popen[bytes],
     captures: dict[Stream, _Capture],
     on_output: Callable[[OutputChunk], None],
     deadline: float,
@@ -440,8 +431,9 @@ def _pump(
 ) -> tuple[bool, bool]:
     """Copy output until both pipes close; kill the call on deadline or cancel."""
     selector = selectors.DefaultSelector()
-    for fd, stream in pipes.items():
-        selector.register(fd, selectors.EVENT_READ, stream)
+    assert process.stdout is not None and process.stderr is not None
+    selector.register(process.stdout, selectors.EVENT_READ, Stream.STDOUT)
+    selector.register(process.stderr, selectors.EVENT_READ, Stream.STDERR)
     if status_fd is not None:
         selector.register(status_fd, selectors.EVENT_READ, None)
     timed_out = cancelled = False
@@ -479,8 +471,8 @@ def _pump(
                     on_output(OutputChunk(key.data, kept))
     finally:
         selector.close()
-        for fd in pipes:
-            os.close(fd)
+        process.stdout.close()
+        process.stderr.close()
     if status_fd is not None:
         # Whatever bwrap wrote last; never wait for it (a survivor may hold the pipe).
         os.set_blocking(status_fd, False)
@@ -490,7 +482,7 @@ def _pump(
     return timed_out, cancelled
 
 
-def _kill(process: Spawned, group: bool) -> None:
+def _kill(process: subprocess.Popen[bytes], group: bool) -> None:
     """SIGKILL the process, or (without bwrap) its process group."""
     with contextlib.suppress(ProcessLookupError):
         if group:
