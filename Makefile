@@ -30,6 +30,7 @@ proto: install
 ## bench: run the benchmarks (figures go into docs/performance.md by hand)
 bench: install
 	$(PY) bench/overhead.py
+	$(PY) bench/throughput.py
 	$(PY) bench/classify.py
 	$(PY) bench/detect.py --sizes 1000,10000
 	$(PY) bench/fleet.py

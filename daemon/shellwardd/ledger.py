@@ -7,9 +7,11 @@ Choices, and why
   marks; a store supplies the connection, the transaction, the translation of its errors, the
   column types (:class:`Dialect`) and where the schema version lives. Both stores therefore
   answer the same contract (tests/daemon/test_ledger_contract.py runs it on both).
-- **Every state change is its own committed transaction** (SQLite: WAL,
-  ``synchronous=FULL``), so ``planned`` and ``started`` are durable before the effect begins,
-  and each is appended to ``transitions``, the call's history.
+- **Every state change is committed** (SQLite: WAL, ``synchronous=FULL``: each commit
+  fsyncs the WAL), so ``planned`` and ``started`` are durable before the effect begins, and
+  each is appended to ``transitions``, the call's history. A call with nothing to wait for
+  writes both in one transaction (:meth:`~LedgerStore.record_started`): the same rows and
+  history, one durable commit instead of two.
 - **The schema has a version, and start-up migrates it.** ``MIGRATIONS[i]`` takes version
   ``i`` to ``i + 1`` inside one transaction (on PostgreSQL under an advisory lock, so two
   daemons starting at once migrate once). A ledger newer than this daemon refuses the start:
@@ -215,6 +217,8 @@ class LedgerStore(Protocol):
 
     def mark_started(self, call_id: str, started_at: float) -> None: ...
 
+    def record_started(self, entry: LedgerEntry, started_at: float) -> None: ...
+
     def finish(self, entry: LedgerEntry, detail: str = "") -> None: ...
 
     def transition(self, call_id: str, old: CallStatus, new: CallStatus, detail: str) -> bool: ...
@@ -314,38 +318,50 @@ class SqlLedger:
 
     def record(self, entry: LedgerEntry, detail: str = "") -> None:
         """Insert a new call in whatever state it starts in (planned, or failed before start)."""
-        row = {**_entry_to_row(entry), "daemon_id": self.daemon_id}
-        columns = ", ".join(row)
-        marks = ", ".join("?" for _ in row)
         with self._transaction() as db:
-            if entry.idempotency_key:
-                self._take_key(db, entry)
-            db.execute(f"INSERT INTO calls ({columns}) VALUES ({marks})", tuple(row.values()))
-            db.execute(
-                "INSERT INTO transitions (call_id, at, status, detail) VALUES (?, ?, ?, ?)",
-                (entry.call_id, entry.created_at, entry.status.value, detail),
-            )
+            self._insert(db, entry, detail)
 
     def mark_started(self, call_id: str, started_at: float) -> None:
         """Durably record that the side effect may begin. Call before spawning."""
         with self._transaction() as db:
-            updated = db.execute(
-                "UPDATE calls SET status = ?, started_at = ?"
-                " WHERE call_id = ? AND status IN (?, ?)",
-                (
-                    CallStatus.STARTED.value,
-                    started_at,
-                    call_id,
-                    CallStatus.PLANNED.value,
-                    CallStatus.APPROVED.value,
-                ),
-            ).rowcount
-            if updated != 1:
-                raise LedgerError(f"call {call_id} cannot start: it is not planned or approved")
-            db.execute(
-                "INSERT INTO transitions (call_id, at, status, detail) VALUES (?, ?, ?, '')",
-                (call_id, started_at, CallStatus.STARTED.value),
-            )
+            self._start(db, call_id, started_at)
+
+    def record_started(self, entry: LedgerEntry, started_at: float) -> None:
+        """``record`` a planned call and ``mark_started`` it in one transaction (one durable
+        commit): for a call that waits for nothing between the two. Call before spawning."""
+        with self._transaction() as db:
+            self._insert(db, entry, "")
+            self._start(db, entry.call_id, started_at)
+
+    def _insert(self, db: Any, entry: LedgerEntry, detail: str) -> None:
+        row = {**_entry_to_row(entry), "daemon_id": self.daemon_id}
+        columns = ", ".join(row)
+        marks = ", ".join("?" for _ in row)
+        if entry.idempotency_key:
+            self._take_key(db, entry)
+        db.execute(f"INSERT INTO calls ({columns}) VALUES ({marks})", tuple(row.values()))
+        db.execute(
+            "INSERT INTO transitions (call_id, at, status, detail) VALUES (?, ?, ?, ?)",
+            (entry.call_id, entry.created_at, entry.status.value, detail),
+        )
+
+    def _start(self, db: Any, call_id: str, started_at: float) -> None:
+        updated = db.execute(
+            "UPDATE calls SET status = ?, started_at = ? WHERE call_id = ? AND status IN (?, ?)",
+            (
+                CallStatus.STARTED.value,
+                started_at,
+                call_id,
+                CallStatus.PLANNED.value,
+                CallStatus.APPROVED.value,
+            ),
+        ).rowcount
+        if updated != 1:
+            raise LedgerError(f"call {call_id} cannot start: it is not planned or approved")
+        db.execute(
+            "INSERT INTO transitions (call_id, at, status, detail) VALUES (?, ?, ?, '')",
+            (call_id, started_at, CallStatus.STARTED.value),
+        )
 
     def finish(self, entry: LedgerEntry, detail: str = "") -> None:
         """Write a call's final state and outcome (status must be final)."""

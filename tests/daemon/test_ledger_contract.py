@@ -97,6 +97,28 @@ def test_network_effects_are_stored_with_the_call(store: Opener) -> None:
     assert a.get("n1").network_effects == effects  # type: ignore[union-attr]
 
 
+def test_planned_and_started_in_one_commit_keep_the_same_history(store: Opener) -> None:
+    a, b = store("a"), store("b")
+    entry = _entry("c1", step_id="s1", idempotency_key="order:7")
+    started_at = time.time()
+    a.record_started(entry, started_at)
+    seen = b.get("c1")
+    assert seen is not None and seen.status is CallStatus.STARTED
+    assert seen.started_at == pytest.approx(started_at) and seen.daemon_id == "a"
+    assert [t.status for t in b.transitions("c1")] == [CallStatus.PLANNED, CallStatus.STARTED]
+    # The business key is taken in the same transaction: another step meets it, and a
+    # refused attempt leaves neither row nor history.
+    with pytest.raises(KeyTaken) as taken:
+        b.record_started(_entry("c2", run_id="r2", step_id="s2", idempotency_key="order:7"),
+                         time.time())  # fmt: skip
+    assert taken.value.holder.call_id == "c1"
+    assert a.get("c2") is None and a.transitions("c2") == []
+    # A call id that exists already is refused whole: no second history.
+    with pytest.raises(LedgerError):
+        b.record_started(_entry("c1", step_id="s3"), time.time())
+    assert len(a.transitions("c1")) == 2
+
+
 def test_a_step_claimed_by_one_daemon_is_held_for_every_other(store: Opener) -> None:
     a, b = store("a"), store("b")
     assert a.claim("r", "s", "c1", "h1") is None

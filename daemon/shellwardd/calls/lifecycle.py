@@ -15,6 +15,13 @@ Choices, and why
   not fit), so the answer and the row agree.
 - **Started before the effect.** ``started`` is committed (fsync'd) before the work runs;
   if that commit fails, nothing ran and the answer says so.
+- **One commit for a call that waits for nothing.** A new call whose workspace and running
+  slot are free at once is recorded ``planned`` and ``started`` in one transaction, after
+  both are taken (one fsync instead of two, the same history). A call that must wait (a
+  busy or still indexing workspace) or was cancelled already takes the two-step path, so
+  that it is visible while it waits; so does one whose combined commit fails (the planned
+  row may still be written, and the failure with it), except for a busy ledger, which is
+  answered at once as for the planned record: nothing recorded, nothing ran.
 - **Errors are the daemon's tree.** A kind raises :class:`~shellwardd.errors.ShellwardError`
   for anything the caller can fix or wait out; before the record that is a ``failed`` row
   with the error's code and sentence. A busy or failing ledger before the record leaves
@@ -45,6 +52,7 @@ from shellward.types import (
 from shellwardd import outcomes, requests
 from shellwardd.errors import (
     Interrupted,
+    LedgerBusy,
     LedgerError,
     PermissionDenied,
     ShellwardError,
@@ -230,6 +238,10 @@ class Tracker:
         return len(cancelled)
 
 
+class _MustWait(Exception):
+    """The workspace cannot take the call at once (busy, indexing, or failing)."""
+
+
 class _Window:
     """A call's watch window on its workspace; closing it twice is a no-op."""
 
@@ -285,11 +297,7 @@ class Lifecycle:
                 return taken
             listener.accepted(call_id, verdict)
             return result_from_entry(entry)
-        taken = self._record_new(entry, "")
-        if taken is not None:
-            return taken
-        listener.accepted(call_id, verdict)
-        return self.run(entry, plan.execution, listener)
+        return self._run_new(entry, verdict, plan.execution, listener)
 
     def _record_new(self, entry: LedgerEntry, detail: str) -> CommandResult | None:
         """Record a new attempt; the answer instead when its business idempotency key
@@ -298,14 +306,55 @@ class Lifecycle:
         try:
             self._ledger.record(entry, detail)
         except KeyTaken as taken:
-            log.info("business key taken", extra={"call_id": entry.call_id,
-                                                  "holder": taken.holder.call_id})  # fmt: skip
-            decision = key_taken(taken.key, taken.holder)
-            if decision.action is Action.RETURN_RECORDED:
-                return result_from_entry(taken.holder, replayed=True)
-            holder = taken.holder
-            return refusal(decision, holder.call_id, (holder.run_id, holder.step_id), holder)
+            return self._key_taken(entry, taken)
         return None
+
+    def _key_taken(self, entry: LedgerEntry, taken: KeyTaken) -> CommandResult:
+        log.info("business key taken", extra={"call_id": entry.call_id,
+                                              "holder": taken.holder.call_id})  # fmt: skip
+        decision = key_taken(taken.key, taken.holder)
+        if decision.action is Action.RETURN_RECORDED:
+            return result_from_entry(taken.holder, replayed=True)
+        holder = taken.holder
+        return refusal(decision, holder.call_id, (holder.run_id, holder.step_id), holder)
+
+    def _run_new(
+        self, entry: LedgerEntry, verdict: Verdict, execution: Execution, listener: CallListener
+    ) -> CommandResult:
+        """A new call: recorded and started in one commit when nothing is in its way, else
+        recorded, then :meth:`run` (which waits, and records whatever stops it)."""
+        cancelled: str | None = None
+        with contextlib.ExitStack() as taken:
+            try:
+                window, free = self._open_window(entry, execution, taken, wait=False), True
+            except (_MustWait, ShellwardError):
+                window, free = None, False  # the two-step path waits, or records why not
+            if free:
+                cancel = taken.enter_context(self._tracker.running(entry.call_id))
+                if cancel.is_set():
+                    cancelled = cancel.why
+                else:
+                    started_at = time.time()
+                    try:
+                        self._ledger.record_started(entry, started_at)
+                    except KeyTaken as exc:
+                        return self._key_taken(entry, exc)
+                    except LedgerBusy:
+                        raise  # as for the planned record: nothing recorded, nothing ran
+                    except LedgerError:
+                        pass  # the two-step path records the call, or says it cannot
+                    else:
+                        listener.accepted(entry.call_id, verdict)
+                        started = replace(entry, status=CallStatus.STARTED, started_at=started_at)
+                        final = self._execute(execution, started, cancel, listener, window)
+                        return self._finish(final)
+        if cancelled is not None:  # taking the slot consumed the cancel: run() ends the call
+            self._tracker.cancel(entry.call_id, cancelled)
+        refused = self._record_new(entry, "")
+        if refused is not None:
+            return refused
+        listener.accepted(entry.call_id, verdict)
+        return self.run(entry, execution, listener)
 
     def resume(self, kind: Kind, entry: LedgerEntry) -> CommandResult:
         """Run a recorded call a human approved."""
@@ -337,8 +386,14 @@ class Lifecycle:
             return self._finish(final)
 
     def _open_window(
-        self, entry: LedgerEntry, execution: Execution, taken: contextlib.ExitStack
+        self,
+        entry: LedgerEntry,
+        execution: Execution,
+        taken: contextlib.ExitStack,
+        wait: bool = True,
     ) -> _Window | None:
+        """The call's watch window (None: nothing to watch). ``wait=False``: only if the
+        workspace is free now, else :class:`_MustWait`."""
         if not execution.watch:
             return None
         monitor = self._monitors.get(Path(entry.workspace))
@@ -346,14 +401,19 @@ class Lifecycle:
             raise PermissionDenied(
                 f"{entry.workspace} is no longer one of the daemon's workspaces; nothing ran."
             )
+        timeout = entry.timeout_seconds if wait else 0.0
         try:
-            watch = monitor.begin_call(exclusive=execution.exclusive, timeout=entry.timeout_seconds)
+            watch = monitor.begin_call(exclusive=execution.exclusive, timeout=timeout)
         except TimeoutError as exc:  # IndexNotReady too: still indexing
+            if not wait:
+                raise _MustWait from exc
             progress = monitor.progress()
             raise Unavailable(
                 outcomes.workspace_busy(entry, progress.files_done, progress.files_total)
             ) from exc
         except ShellwardError as exc:  # WatchError: the index failed
+            if not wait:
+                raise _MustWait from exc
             log.error("workspace cannot be watched", extra={"call_id": entry.call_id,
                                                             "problem": exc.message})  # fmt: skip
             raise Unavailable(outcomes.unwatchable(entry, exc.message)) from exc
