@@ -183,6 +183,7 @@ class Daemon:
             if finished:
                 log.warning("commits cut short by a previous daemon are finished",
                             extra={"call_ids": finished})  # fmt: skip
+            self.stager.forget_uncommitted(recovered)
 
         # 5. Index every workspace in the background; the first call in one waits for it.
         self.monitors: dict[Path, WorkspaceMonitor] = {}

@@ -198,8 +198,12 @@ def test_same_step_different_input_is_a_mismatch(client: Client, workspace: Path
     assert other.stdout.data == b""
 
 
-def test_duplicate_of_a_running_call_is_not_started_twice(client: Client, workspace: Path) -> None:
-    command = "echo run >> runs.txt; while [ ! -f go ]; do sleep 0.05; done"
+def test_duplicate_of_a_running_call_is_not_started_twice(
+    client: Client, daemon: Daemon, workspace: Path, host_dir: Path
+) -> None:
+    # The go signal comes from outside the workspace (a command sees the host read-only);
+    # the command's own writes are staged until it exits.
+    command = f"echo run >> runs.txt; while [ ! -f {host_dir}/go ]; do sleep 0.05; done"
     results: list[CommandResult] = []
     first = threading.Thread(
         target=lambda: results.append(
@@ -207,10 +211,10 @@ def test_duplicate_of_a_running_call_is_not_started_twice(client: Client, worksp
         )
     )
     first.start()
-    wait_for(lambda: (workspace / "runs.txt").exists())
+    wait_for(lambda: any((daemon.state_dir / "staging").glob("*/upper/runs.txt")))
     second = client.run_command(command, cwd=workspace, run_id="r3", step_id="s1")
     assert second.code is Code.IN_PROGRESS and second.retryable
-    (workspace / "go").write_text("")
+    (host_dir / "go").write_text("")
     first.join(timeout=30)
     assert results and results[0].ok
     assert (workspace / "runs.txt").read_text() == "run\n"

@@ -202,6 +202,9 @@ def test_a_crash_before_commit_leaves_the_workspace_untouched(
         with restarted.client() as c:
             (entry,) = [e for e in c.list_calls() if "ready" in e.command]
             assert entry.status.value == "uncertain"
+            entry = c.get_call(entry.call_id)
+            assert "never applied" in entry.content and entry.file_effects == ()
+        assert not (daemon.state_dir / "staging" / entry.call_id).exists()
         assert (workspace / "f.txt").read_text() == "old\n"
     finally:
         restarted.stop()

@@ -124,6 +124,30 @@ class Stager:
         # A staged call ends when its writes are in the workspace.
         return replace(committed, finished_at=time.time())
 
+    def forget_uncommitted(self, call_ids: list[str]) -> None:
+        """At start-up: the calls a crash left ``started`` (now ``uncertain``) that were
+        staged never changed the workspace. Their staged writes are discarded and their
+        entries say so, with no file effects: a replay check then finds nothing to
+        conflict with (the network, if it was granted, is another matter)."""
+        for call_id in call_ids:
+            staged = self.area.path(call_id)
+            entry = self._ledger.get(call_id)
+            if entry is None or not staged.is_dir():
+                continue
+            StagingArea.discard_path(staged)
+            note = "the daemon stopped before the commit: the workspace is unchanged"
+            self._ledger.finish(
+                replace(
+                    entry,
+                    file_effects=(),
+                    effects_recorded=True,
+                    note="; ".join(filter(None, [entry.note, note])),
+                    content=f"{entry.content} Its file writes were staged and never applied: "
+                    "the workspace is as it was before the call.",
+                ),
+                note,
+            )
+
     def finish_commits(self) -> list[str]:
         """At start-up, before the workspaces are watched: finish the commits a crash cut
         short (see the module docstring); returns their call ids."""
