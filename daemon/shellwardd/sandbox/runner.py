@@ -45,7 +45,7 @@ from shellwardd.sandbox.idmap import (
 )
 from shellwardd.sandbox.profile import BASE_ENV, Identity, bwrap_args, git_protected, hidden_paths
 from shellwardd.sandbox.seccomp import Filter, SeccompUnavailable, build_filter
-from shellwardd.staging.area import StagedDirs, StagingError
+from shellwardd.staging.area import StagedDirs, StagingArea, StagingError
 
 # After the command exits, how long to wait for stray writers to close the pipes.
 _DRAIN_SECONDS = 2.0
@@ -167,6 +167,9 @@ class Sandbox:
         # Names the daemon's cgroups and mounts, so that a restart finds its predecessor's.
         key = state_dir or Path(f"/proc/{os.getpid()}/{id(self)}")
         self._key = key
+        # Where calls' writes are staged (None: a sandbox without a state dir, for tests
+        # of the sandbox alone, writes the workspace directly).
+        self._staging = state_dir / "staging" if state_dir else None
         self._cgroups: Cgroups | None = None  # detected by check()
         self._views = IdmappedWorkspaces(mount_root(key), sandbox_uid, sandbox_uid)
         self._filter: Filter | None = None
@@ -210,10 +213,37 @@ class Sandbox:
                 "and user.max_user_namespaces). Use --no-sandbox only if you accept no "
                 "isolation."
             )
+        self._check_overlay()
         version = subprocess.run(
             [self._bwrap, "--version"], capture_output=True, text=True, check=False
         ).stdout.strip()
         self.detail = f"{version} at {self._bwrap}"
+
+    def _check_overlay(self) -> None:
+        """Fail closed unless a staged call can mount its overlay here."""
+        if self._staging is None:
+            return
+        area = StagingArea(self._staging, self.mount_root)
+        try:
+            dirs = area.create(f"probe-{os.getpid()}", _PROBE, self.sandbox_owner)
+        except StagingError as exc:
+            raise SandboxUnavailable(str(exc)) from None
+        try:
+            probe = self.run(
+                SandboxSpec("true", _PROBE, _PROBE, {}, False, 30.0, Limits(), 4096, staged=dirs),
+                lambda chunk: None,
+                threading.Event(),
+            )
+        finally:
+            area.discard(dirs)
+        if not probe.started or probe.exit_code != 0:
+            raise SandboxUnavailable(
+                "cannot mount the overlay that stages each command's writes (kernel overlayfs "
+                f"in the call's mount namespace): {probe.sandbox_error or probe.stderr.text}. "
+                "It needs Linux 5.11+ with overlayfs, and a state directory on a file system "
+                "overlayfs accepts as an upper layer (not overlayfs or NFS); choose another "
+                "--state-dir, or use --no-sandbox only if you accept no isolation."
+            )
 
     def containment(self, limits: Limits) -> tuple[ContainmentControl, ...]:
         """What is in force, control by control (for ``shellward status``)."""
@@ -260,7 +290,7 @@ class Sandbox:
     @property
     def stages(self) -> bool:
         """Whether commands run with their writes staged in an overlay."""
-        return self.enabled
+        return self.enabled and self._staging is not None
 
     @property
     def staging_mechanism(self) -> str:
