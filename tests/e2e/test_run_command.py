@@ -40,17 +40,20 @@ def test_success_is_recorded(client: Client, workspace: Path) -> None:
     assert entry.stdout.data == b"hello\n" and entry.input_hash.startswith("sha256:")
 
 
-def test_output_streams_while_the_command_runs(client: Client, workspace: Path) -> None:
+def test_output_streams_while_the_command_runs(
+    client: Client, workspace: Path, host_dir: Path
+) -> None:
     # The command waits for a file the test writes only after it saw the first chunk:
-    # without live streaming it would run into its timeout.
-    command = "echo ready; while [ ! -f go ]; do sleep 0.05; done; echo finished"
+    # without live streaming it would run into its timeout. (Outside the workspace: a
+    # command may not see a file created in the workspace during its call.)
+    command = f"echo ready; while [ ! -f {host_dir}/go ]; do sleep 0.05; done; echo finished"
     events = client.stream_command(command, cwd=workspace, timeout=20)
     first = next(events)
     assert isinstance(first, CallAccepted) and first.call_id
     chunk = next(events)
     assert isinstance(chunk, OutputChunk) and chunk.data == b"ready\n"
     assert chunk.stream is Stream.STDOUT
-    (workspace / "go").write_text("")
+    (host_dir / "go").write_text("")
     rest = list(events)
     result = rest[-1]
     assert isinstance(result, CommandResult) and result.ok

@@ -165,19 +165,24 @@ def test_recover_lists_nothing_for_a_clean_run(client: Client, workspace: Path) 
 
 
 def test_a_client_deadline_cancels_the_call_and_a_retry_is_not_blind(
-    client: Client, workspace: Path
+    client: Client, workspace: Path, host_dir: Path
 ) -> None:
-    command = "echo start > log.txt; sleep 30; echo end >> log.txt"
+    # The second run finds the host's "fast" flag and does not sleep.
+    command = f"echo start > log.txt; [ -e {host_dir}/fast ] || sleep 30; echo end >> log.txt"
     with contextlib.suppress(DeadlineExceeded):
         client.run_command(command, cwd=workspace, run_id="dl", step_id="1", rpc_timeout=5)
     wait_for(lambda: client.get_call(run_id="dl", step_id="1").status.is_final)
     cancelled = client.get_call(run_id="dl", step_id="1")
     assert cancelled.status is CallStatus.UNCERTAIN and cancelled.code is Code.SIDE_EFFECT_UNCERTAIN
     assert "went away" in cancelled.note
+    # Its staged writes were discarded: the workspace is as it was, and the entry says so.
+    assert "discarded" in cancelled.content and cancelled.file_effects == ()
+    assert not (workspace / "log.txt").exists()
+    (host_dir / "fast").touch()
     retry = client.run_command(command, cwd=workspace, run_id="dl", step_id="1")
-    # The table checks the recorded effects: log.txt is at its after-hash, nothing runs.
-    assert retry.code is Code.ALREADY_APPLIED
-    assert (workspace / "log.txt").read_text() == "start\n"
+    # The table checks the recorded effects: nothing was written, so it runs again.
+    assert retry.ok and not retry.replayed, retry.content
+    assert (workspace / "log.txt").read_text() == "start\nend\n"
 
 
 def test_deny_and_approval_timeout(tmp_path: Path, workspace: Path) -> None:
