@@ -7,6 +7,7 @@ import contextlib
 import hashlib
 import os
 import signal
+import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -274,3 +275,20 @@ def test_a_hard_link_to_a_file_outside_is_refused(client: Client, workspace: Pat
     result = client.run_command("ln /etc/hostname h", cwd=workspace)
     assert not result.ok and result.file_effects == ()
     assert not (workspace / "h").exists()
+
+
+def test_git_works_staged_and_its_hooks_stay_read_only(client: Client, workspace: Path) -> None:
+    git = "git -c user.name=t -c user.email=t@example.com"
+    subprocess.run(["git", "init", "-q", str(workspace)], check=True)
+    (workspace / "a.txt").write_text("a\n")
+    result = client.run_command(
+        f"{git} add a.txt && {git} commit -qm one; echo hook > .git/hooks/pre-commit;"
+        " echo '[core]' >> .git/config",
+        cwd=workspace,
+    )
+    assert {(e.path, e.kind) for e in result.file_effects} == {(".git/", EffectKind.MODIFIED)}
+    log = subprocess.run(["git", "-C", str(workspace), "log", "--format=%s"],
+                         capture_output=True, text=True, check=True)  # fmt: skip
+    assert log.stdout == "one\n"
+    assert not (workspace / ".git" / "hooks" / "pre-commit").exists()
+    assert "[core]\n[core]" not in (workspace / ".git" / "config").read_text()

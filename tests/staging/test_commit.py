@@ -12,6 +12,7 @@ from shellward.types import EffectKind
 from shellwardd.staging.commit import apply, conflicts
 from shellwardd.staging.upper import UpperRefused, staged_effects
 from shellwardd.watch.hashing import IndexEntry, probe
+from shellwardd.watch.paths import PathFilter, PathKind
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="whiteouts need CAP_MKNOD")
 
@@ -31,6 +32,9 @@ class _Before:
 
     def under(self, directory: str) -> list[str]:
         return sorted(p for p in self._entries if p.startswith(f"{directory}/"))
+
+    def kind(self, path: str) -> PathKind:
+        return PathFilter(("*.log",)).classify(path)
 
 
 def _whiteout(path: Path) -> None:
@@ -84,6 +88,21 @@ def test_effects_and_apply(layers: tuple[Path, Path]) -> None:
     assert sorted(upper.rglob("*")) == [upper / "d", upper / "tree"]  # all moved; dirs stay
     apply(upper, workspace, None)  # again (a crash after the first): nothing changes
     assert (workspace / "tree" / "c").read_text() == "c\n"
+
+
+def test_git_writes_are_one_effect_and_ignored_paths_none(layers: tuple[Path, Path]) -> None:
+    workspace, upper = layers
+    (workspace / ".git").mkdir()
+    before = _Before(workspace)
+    (upper / ".git" / "objects").mkdir(parents=True)
+    (upper / ".git" / "objects" / "ab").write_text("object\n")
+    (upper / ".git" / "index").write_text("index\n")
+    (upper / "build.log").write_text("noise\n")
+    effects = staged_effects(upper, workspace, before)
+    assert [(e.path, e.kind) for e in effects] == [(".git/", EffectKind.MODIFIED)]
+    apply(upper, workspace, None)  # committed all the same
+    assert (workspace / "build.log").read_text() == "noise\n"
+    assert (workspace / ".git" / "objects" / "ab").exists()
 
 
 def test_a_change_since_the_call_began_is_a_conflict(layers: tuple[Path, Path]) -> None:
