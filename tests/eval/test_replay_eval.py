@@ -25,7 +25,7 @@ FAKE_NPM = """#!/bin/sh
 # A stand-in for npm: `test` writes coverage, `publish` records a publication and hangs.
 case "$1" in
   test) mkdir -p coverage && echo '{"lines": 91}' > coverage/coverage.json; echo "42 passed" ;;
-  publish) echo published >> "$NPM_REGISTRY_LOG"; sleep 30 ;;
+  publish) echo published; echo published >> "$NPM_REGISTRY_LOG"; sleep 30 ;;
   *) echo "fake npm: $1 not supported" >&2; exit 1 ;;
 esac
 """
@@ -222,6 +222,8 @@ def test_approvals_survive_a_restart(tmp_path: Path, workspace: Path) -> None:
             client.approve(pending.call_id)
             result: CommandResult = client.wait_call(pending.call_id, timeout=30)
             assert result.status is CallStatus.UNCERTAIN  # it ran, and hung past its timeout
-        assert (workspace / "registry.log").read_text() == "published\n"
+            assert result.stdout.data == b"published\n"
+        # Its staged workspace writes were discarded with the timeout.
+        assert not (workspace / "registry.log").exists()
     finally:
         daemon.stop()
