@@ -220,6 +220,8 @@ class LedgerStore(Protocol):
 
     def begin_commit(self, entry: LedgerEntry, journal: str, detail: str = "") -> None: ...
 
+    def annotate_pending(self, call_id: str, content: str, detail: str) -> bool: ...
+
     def commits(self) -> builtins.list[tuple[LedgerEntry, str]]: ...
 
     def deny_pending(self, call_id: str, content: str, detail: str) -> bool: ...
@@ -385,6 +387,21 @@ class SqlLedger:
                 "INSERT INTO transitions (call_id, at, status, detail) VALUES (?, ?, ?, ?)",
                 (entry.call_id, time.time(), CallStatus.COMMITTING.value, detail),
             )
+
+    def annotate_pending(self, call_id: str, content: str, detail: str) -> bool:
+        """Replace the sentence of a call still waiting for approval (its preview); False
+        when it no longer waits."""
+        with self._transaction() as db:
+            updated = db.execute(
+                "UPDATE calls SET content = ? WHERE call_id = ? AND status = ?",
+                (content, call_id, CallStatus.PENDING_APPROVAL.value),
+            ).rowcount
+            if updated == 1:
+                db.execute(
+                    "INSERT INTO transitions (call_id, at, status, detail) VALUES (?, ?, ?, ?)",
+                    (call_id, time.time(), CallStatus.PENDING_APPROVAL.value, detail),
+                )
+        return updated == 1
 
     def commits(self) -> builtins.list[tuple[LedgerEntry, str]]:
         """This daemon's calls left committing or committed (by a crash), with journals."""

@@ -189,6 +189,15 @@ def unstageable(entry: LedgerEntry, problem: str) -> str:
     )
 
 
+def previewed(content: str, diff: str) -> str:
+    """The pending sentence of a call whose preview ran (its writes staged)."""
+    changes = f"Its file changes:\n{diff}" if diff else "It changed no files."
+    return (
+        f"{content} A preview ran with its writes staged (nothing applied): approving commits "
+        f"exactly this result without running it again; denying discards it. {changes}"
+    )
+
+
 def commit_failed(final: LedgerEntry) -> LedgerEntry:
     """A staged call whose commit failed part-way: some of its writes may be applied."""
     return replace(

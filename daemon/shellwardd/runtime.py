@@ -403,6 +403,7 @@ class Runtime:
             )
             if not self._ledger.deny_pending(call_id, content, f"denied{why}"):
                 raise _answered_already(call_id)
+            self._lifecycle.discard_preview(call_id)
             self._tracker.notify()
             return self.get_call(call_id)
         mine = self._holds(entry)

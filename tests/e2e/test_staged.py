@@ -292,3 +292,64 @@ def test_git_works_staged_and_its_hooks_stay_read_only(client: Client, workspace
     assert log.stdout == "one\n"
     assert not (workspace / ".git" / "hooks" / "pre-commit").exists()
     assert "[core]\n[core]" not in (workspace / ".git" / "config").read_text()
+
+
+# --- preview before approval ----------------------------------------------------------
+
+
+@pytest.fixture
+def asking(tmp_path: Path, workspace: Path) -> Iterator[Daemon]:
+    """A daemon whose operator rule makes `touch` need a human's approval (no network)."""
+    rules = tmp_path / "ask.toml"
+    rules.write_text(
+        '[[rule]]\nid = "ask-touch"\nprogram = "touch"\nidempotency = "non_idempotent"\n'
+        'replay = "never"\napproval = true\nreason = "the operator reviews every touch"\n'
+    )
+    handle = start_daemon(tmp_path / "a.sock", tmp_path / "state", workspace,
+                          "--user-rules", str(rules))  # fmt: skip
+    yield handle
+    handle.stop()
+
+
+PREVIEWED = 'touch marker && echo "stamp $(date +%s%N)" > notes.txt && echo ran'
+
+
+def test_preview_then_approve_commits_that_result(asking: Daemon, workspace: Path) -> None:
+    (workspace / "notes.txt").write_text("old\n")
+    with asking.client() as client:
+        pending = client.run_command(PREVIEWED, cwd=workspace)
+        assert pending.code is Code.NEEDS_APPROVAL
+        # Nothing applied yet; the human sees the exact change.
+        assert (workspace / "notes.txt").read_text() == "old\n"
+        (shown,) = [e for e in client.approvals() if e.call_id == pending.call_id]
+        assert "-old" in shown.content and "+stamp " in shown.content
+        stamp = shown.content.split("+stamp ")[1].split()[0]
+        client.approve(pending.call_id)
+        result = client.wait_call(pending.call_id, timeout=30)
+    assert result.ok, result.content
+    # The previewed result itself, not a second run (which would stamp another time).
+    assert (workspace / "notes.txt").read_text() == f"stamp {stamp}\n"
+    assert result.stdout.data == b"ran\n"
+    assert {e.path for e in result.file_effects} == {"marker", "notes.txt"}
+    assert not (asking.state_dir / "staging" / pending.call_id).exists()
+
+
+def test_preview_then_deny_discards_it(asking: Daemon, workspace: Path) -> None:
+    with asking.client() as client:
+        pending = client.run_command(PREVIEWED, cwd=workspace)
+        assert "+stamp " in client.get_call(pending.call_id).content
+        client.deny(pending.call_id)
+    assert not (workspace / "marker").exists() and not (workspace / "notes.txt").exists()
+    assert not (asking.state_dir / "staging" / pending.call_id).exists()
+
+
+def test_preview_then_approve_after_a_change_is_a_conflict(asking: Daemon, workspace: Path) -> None:
+    (workspace / "notes.txt").write_text("old\n")
+    with asking.client() as client:
+        pending = client.run_command(PREVIEWED, cwd=workspace)
+        (workspace / "notes.txt").write_text("changed by the user\n")
+        client.approve(pending.call_id)
+        result = client.wait_call(pending.call_id, timeout=30)
+    assert result.code is Code.CONFLICT, result.content
+    assert (workspace / "notes.txt").read_text() == "changed by the user\n"
+    assert not (workspace / "marker").exists()

@@ -54,6 +54,7 @@ from shellwardd.ledger import KeyTaken, LedgerStore
 from shellwardd.outcomes import reconcile, refusal, result_from_entry
 from shellwardd.replay import Action, key_taken
 from shellwardd.requests import ToolRequest
+from shellwardd.staging import preview
 from shellwardd.staging.area import StagedDirs, StagingError
 from shellwardd.staging.stager import Stager
 from shellwardd.watch import CallEffects, CallWatch, WorkspaceMonitor
@@ -249,18 +250,32 @@ class _Window:
 
 
 class _Staged:
-    """A staged call's view of its workspace and its overlay; :meth:`close` settles it."""
+    """A staged call's view of its workspace and its overlay; :meth:`settle` commits it.
+    Without a view it is an approved preview: :meth:`commit_preview` commits its result."""
 
     def __init__(
-        self, stager: Stager, monitor: WorkspaceMonitor, view: StagedView, dirs: StagedDirs
+        self,
+        stager: Stager,
+        monitor: WorkspaceMonitor,
+        view: StagedView | None,
+        dirs: StagedDirs,
     ) -> None:
         self._stager = stager
         self._monitor = monitor
         self._view = view
         self._dirs = dirs
 
+    @property
+    def previewed(self) -> bool:
+        return self._view is None
+
     def settle(self, final: LedgerEntry) -> LedgerEntry:
         return self._stager.settle(final, self._dirs, self._view, self._monitor)
+
+    def commit_preview(self, started: LedgerEntry) -> LedgerEntry:
+        final, effects = preview.load(self._dirs.root, started)
+        final = replace(final, finished_at=time.time())
+        return self._stager.settle(final, self._dirs, None, self._monitor, effects)
 
 
 class Lifecycle:
@@ -301,6 +316,7 @@ class Lifecycle:
             plan.entry, verdict=verdict, idempotency=verdict.idempotency,
             replay_policy=verdict.replay_policy,
         )  # fmt: skip
+        first_run = approval is None and bool(plan.approval)
         if approval is None and plan.approval:
             approval = (Code.NEEDS_APPROVAL, outcomes.ask_approval(call_id, plan.approval))
         if approval is not None:
@@ -310,12 +326,49 @@ class Lifecycle:
             if taken is not None:
                 return taken
             listener.accepted(call_id, verdict)
+            if first_run and plan.execution.staged and not entry.network_granted:
+                entry = self._preview(entry, plan.execution)
             return result_from_entry(entry)
         taken = self._record_new(entry, "")
         if taken is not None:
             return taken
         listener.accepted(call_id, verdict)
         return self.run(entry, plan.execution, listener)
+
+    def _preview(self, entry: LedgerEntry, execution: Execution) -> LedgerEntry:
+        """Run a call waiting for its first approval staged (staging/preview.py) and put its
+        file changes in the pending sentence; the entry unchanged when no preview can run."""
+        monitor = self._monitors.get(Path(entry.workspace))
+        if self._stager is None or monitor is None:
+            return entry
+        try:
+            view = monitor.begin_staged(timeout=entry.timeout_seconds)
+        except (TimeoutError, ShellwardError):
+            return entry
+        try:
+            dirs = self._stager.area.create(
+                entry.call_id, Path(entry.workspace), self._stager.sandbox_owner
+            )
+            with self._tracker.running(entry.call_id) as cancel:
+                final = execution.work(entry, cancel, Silent())
+            diff = self._stager.preview(final, dirs, view)
+        except Exception:
+            log.exception("the preview failed", extra={"call_id": entry.call_id})
+            self.discard_preview(entry.call_id)
+            return entry
+        finally:
+            view.close()
+        if diff is None:
+            return entry
+        content = outcomes.previewed(entry.content, diff)
+        if not self._ledger.annotate_pending(entry.call_id, content, "previewed: writes staged"):
+            return entry
+        return replace(entry, content=content)
+
+    def discard_preview(self, call_id: str) -> None:
+        """Remove what a preview staged (its approval was denied)."""
+        if self._stager is not None:
+            self._stager.area.discard(self._stager.area.dirs(call_id))
 
     def _record_new(self, entry: LedgerEntry, detail: str) -> CommandResult | None:
         """Record a new attempt; the answer instead when its business idempotency key
@@ -374,6 +427,9 @@ class Lifecycle:
             )
         try:
             if execution.staged and self._stager is not None:
+                if self._stager.has_preview(entry.call_id):  # approved: commit its result
+                    dirs = self._stager.area.dirs(entry.call_id)
+                    return _Staged(self._stager, monitor, None, dirs)
                 view = monitor.begin_staged(timeout=entry.timeout_seconds)
                 taken.callback(view.close)
                 dirs = self._stager.area.create(
@@ -405,6 +461,12 @@ class Lifecycle:
         window: _Window | _Staged | None,
     ) -> LedgerEntry:
         """Do the work and observe its effects; never raises."""
+        if isinstance(window, _Staged) and window.previewed:
+            try:
+                return window.commit_preview(started)
+            except Exception:
+                log.exception("the preview's commit failed", extra={"call_id": started.call_id})
+                return outcomes.commit_failed(outcomes.crashed(started, time.time()))
         try:
             final = execution.work(started, cancel, listener)
         except Exception:
