@@ -51,6 +51,10 @@ class CallStatus(enum.Enum):
     APPROVED = "approved"
     DENIED = "denied"
     STARTED = "started"
+    # A staged call's writes being applied (the journal says what remains), then applied
+    # and its final state about to be recorded.
+    COMMITTING = "committing"
+    COMMITTED = "committed"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     UNCERTAIN = "uncertain"

@@ -66,7 +66,7 @@ from shellward.types import (
 from shellwardd.errors import ConfigError, LedgerBusy, LedgerError
 from shellwardd.statedir import private_file
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # How long a write waits for another process's lock before the call is answered UNAVAILABLE.
 BUSY_TIMEOUT_S = 5.0
 _SQLITE_BUSY_CODES = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED (primary codes)
@@ -175,7 +175,12 @@ def migrations(d: Dialect) -> tuple[tuple[str, ...], ...]:
         "ALTER TABLE calls ADD COLUMN network_effects TEXT NOT NULL DEFAULT '[]'",
         "ALTER TABLE calls ADD COLUMN unexpected_network INTEGER NOT NULL DEFAULT 0",
     )
-    return (v1, v2, v3)
+    v4 = (
+        # A staged call's commit journal: where its staged writes are and the final status
+        # it reaches once they are applied (JSON), while it is committing or committed.
+        "ALTER TABLE calls ADD COLUMN commit_journal TEXT NOT NULL DEFAULT ''",
+    )
+    return (v1, v2, v3, v4)
 
 
 # Columns written when a call reaches a final state.
@@ -222,6 +227,12 @@ class LedgerStore(Protocol):
     def finish(self, entry: LedgerEntry, detail: str = "") -> None: ...
 
     def transition(self, call_id: str, old: CallStatus, new: CallStatus, detail: str) -> bool: ...
+
+    def begin_commit(self, entry: LedgerEntry, journal: str, detail: str = "") -> None: ...
+
+    def annotate_pending(self, call_id: str, content: str, detail: str) -> bool: ...
+
+    def commits(self) -> builtins.list[tuple[LedgerEntry, str]]: ...
 
     def deny_pending(self, call_id: str, content: str, detail: str) -> bool: ...
 
@@ -378,6 +389,51 @@ class SqlLedger:
                 "INSERT INTO transitions (call_id, at, status, detail) VALUES (?, ?, ?, ?)",
                 (entry.call_id, entry.finished_at or time.time(), entry.status.value, detail),
             )
+
+    def begin_commit(self, entry: LedgerEntry, journal: str, detail: str = "") -> None:
+        """Journal a started call's commit: its outcome (``entry``, final status and all)
+        is written with status ``committing`` and the journal (where the staged writes
+        are), before any of them is applied; :meth:`finish` ends it."""
+        row = {**_entry_to_row(entry), "status": CallStatus.COMMITTING.value}
+        assignments = ", ".join(f"{column} = ?" for column in _FINAL_COLUMNS)
+        with self._transaction() as db:
+            updated = db.execute(
+                f"UPDATE calls SET {assignments}, commit_journal = ?"
+                " WHERE call_id = ? AND status = ?",
+                (*(row[column] for column in _FINAL_COLUMNS), journal, entry.call_id,
+                 CallStatus.STARTED.value),
+            ).rowcount  # fmt: skip
+            if updated != 1:
+                raise LedgerError(f"call {entry.call_id} cannot commit: it is not started")
+            db.execute(
+                "INSERT INTO transitions (call_id, at, status, detail) VALUES (?, ?, ?, ?)",
+                (entry.call_id, time.time(), CallStatus.COMMITTING.value, detail),
+            )
+
+    def annotate_pending(self, call_id: str, content: str, detail: str) -> bool:
+        """Replace the sentence of a call still waiting for approval (its preview); False
+        when it no longer waits."""
+        with self._transaction() as db:
+            updated = db.execute(
+                "UPDATE calls SET content = ? WHERE call_id = ? AND status = ?",
+                (content, call_id, CallStatus.PENDING_APPROVAL.value),
+            ).rowcount
+            if updated == 1:
+                db.execute(
+                    "INSERT INTO transitions (call_id, at, status, detail) VALUES (?, ?, ?, ?)",
+                    (call_id, time.time(), CallStatus.PENDING_APPROVAL.value, detail),
+                )
+        return updated == 1
+
+    def commits(self) -> builtins.list[tuple[LedgerEntry, str]]:
+        """This daemon's calls left committing or committed (by a crash), with journals."""
+        with self._read() as db:
+            rows = db.execute(
+                "SELECT * FROM calls WHERE daemon_id IN (?, '') AND status IN (?, ?)"
+                f" ORDER BY started_at, {self.dialect.order}",
+                (self.daemon_id, CallStatus.COMMITTING.value, CallStatus.COMMITTED.value),
+            ).fetchall()
+        return [(_entry_from_row(row), row["commit_journal"]) for row in rows]
 
     def transition(self, call_id: str, old: CallStatus, new: CallStatus, detail: str) -> bool:
         """Move a call from ``old`` to ``new`` (a non-final step, e.g. approval); False when

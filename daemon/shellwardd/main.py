@@ -49,6 +49,9 @@ from shellwardd.ledger import open_ledger
 from shellwardd.runtime import Runtime
 from shellwardd.sandbox import Sandbox
 from shellwardd.server import DaemonInfo, Listeners
+from shellwardd.staging.area import StagingArea
+from shellwardd.staging.blobs import BlobStore
+from shellwardd.staging.stager import Stager
 from shellwardd.tools.config import load_tools_config
 from shellwardd.tools.registry import ToolRegistry
 from shellwardd.watch import WorkspaceMonitor
@@ -170,6 +173,20 @@ class Daemon:
             log.warning("calls left running by a previous daemon are now uncertain",
                         extra={"call_ids": recovered})  # fmt: skip
         self.ledger.renew_lease(config.lease_seconds)
+        # Before the workspaces are watched: finish the commits a crash cut short.
+        self.stager: Stager | None = None
+        if self.sandbox.stages:
+            self.stager = Stager(
+                StagingArea(config.state_dir / "staging", self.sandbox.mount_root),
+                BlobStore(config.state_dir / "blobs"),
+                self.ledger,
+                self.sandbox.sandbox_owner,
+            )
+            finished = self.stager.finish_commits()
+            if finished:
+                log.warning("commits cut short by a previous daemon are finished",
+                            extra={"call_ids": finished})  # fmt: skip
+            self.stager.forget_uncommitted(recovered)
 
         # 5. Index every workspace in the background; the first call in one waits for it.
         self.monitors: dict[Path, WorkspaceMonitor] = {}
@@ -196,6 +213,7 @@ class Daemon:
             self.sandbox,
             self.monitors,
             self.registry,
+            stager=self.stager,
             toolchains=self.toolchains,
         )
         info = DaemonInfo(

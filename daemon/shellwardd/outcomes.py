@@ -243,6 +243,34 @@ def unwatchable(entry: LedgerEntry, problem: str) -> str:
     )
 
 
+def unstageable(entry: LedgerEntry, problem: str) -> str:
+    return (
+        f"The daemon could not prepare the overlay this call writes into ({problem}); nothing "
+        "ran. This is a problem of the daemon's set-up; tell the user."
+    )
+
+
+def previewed(content: str, diff: str) -> str:
+    """The pending sentence of a call whose preview ran (its writes staged)."""
+    changes = f"Its file changes:\n{diff}" if diff else "It changed no files."
+    return (
+        f"{content} A preview ran with its writes staged (nothing applied): approving commits "
+        f"exactly this result without running it again; denying discards it. {changes}"
+    )
+
+
+def commit_failed(final: LedgerEntry) -> LedgerEntry:
+    """A staged call whose commit failed part-way: some of its writes may be applied."""
+    return replace(
+        final,
+        status=CallStatus.UNCERTAIN,
+        code=Code.SIDE_EFFECT_UNCERTAIN,
+        content="The command ran, but applying its file writes to the workspace failed "
+        "part-way; some may be applied. Check its effects first "
+        f"(`shellward show {final.call_id}`) or ask the user.",
+    )
+
+
 def ledger_busy(problem: str) -> str:
     return f"shellward could not record the call ({problem}). Nothing ran. Retry in a moment."
 

@@ -61,6 +61,7 @@ from shellwardd.replay import (
 from shellwardd.requests import TOOL_RUN_COMMAND, CommandRequest, ToolRequest
 from shellwardd.sandbox import Sandbox
 from shellwardd.sandbox.profile import sandbox_path
+from shellwardd.staging.stager import Stager
 from shellwardd.tools.registry import ToolRegistry
 from shellwardd.watch import WorkspaceMonitor, content_hash
 
@@ -84,6 +85,7 @@ class Runtime:
         monitors: Mapping[Path, WorkspaceMonitor],
         registry: ToolRegistry | None = None,
         *,
+        stager: Stager | None = None,
         toolchains: Toolchains = NO_TOOLCHAINS,
     ) -> None:
         self._config = config
@@ -93,8 +95,10 @@ class Runtime:
         self._ledger = ledger
         self._monitors = monitors
         self._tracker = Tracker()
-        self._lifecycle = Lifecycle(ledger, monitors, self._tracker)
-        self._commands = CommandKind(config, classify, sandbox, toolchains)
+        self._lifecycle = Lifecycle(ledger, monitors, self._tracker, stager)
+        self._commands = CommandKind(
+            config, classify, sandbox, toolchains, stager.area if stager else None
+        )
         # The dispatch table: tool name → kind; any other name is a business tool.
         file_tools = FileToolKind(config)
         self._kinds: dict[str, Kind] = {
@@ -419,6 +423,7 @@ class Runtime:
             )
             if not self._ledger.deny_pending(call_id, content, f"denied{why}"):
                 raise _answered_already(call_id)
+            self._lifecycle.discard_preview(call_id)
             self._tracker.notify()
             return self.get_call(call_id)
         mine = self._holds(entry)

@@ -36,6 +36,8 @@ class CallStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CALL_STATUS_SUCCEEDED: _ClassVar[CallStatus]
     CALL_STATUS_FAILED: _ClassVar[CallStatus]
     CALL_STATUS_UNCERTAIN: _ClassVar[CallStatus]
+    CALL_STATUS_COMMITTING: _ClassVar[CallStatus]
+    CALL_STATUS_COMMITTED: _ClassVar[CallStatus]
 
 class ArgumentKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -79,6 +81,8 @@ CALL_STATUS_STARTED: CallStatus
 CALL_STATUS_SUCCEEDED: CallStatus
 CALL_STATUS_FAILED: CallStatus
 CALL_STATUS_UNCERTAIN: CallStatus
+CALL_STATUS_COMMITTING: CallStatus
+CALL_STATUS_COMMITTED: CallStatus
 ARGUMENT_KIND_UNSPECIFIED: ArgumentKind
 ARGUMENT_KIND_PROGRAM: ArgumentKind
 ARGUMENT_KIND_SUBCOMMAND: ArgumentKind

@@ -21,6 +21,7 @@ from shellwardd.errors import InvalidArgument, PermissionDenied
 from shellwardd.outcomes import reconcile_network
 from shellwardd.requests import TOOL_RUN_COMMAND, CommandRequest
 from shellwardd.sandbox import ProcessOutcome, Sandbox, SandboxSpec
+from shellwardd.staging.area import StagingArea
 from shellwardd.watch.paths import COOKIE_DIR
 
 from .lifecycle import CallListener, CancelFlag, Execution, Plan, planned_entry
@@ -36,11 +37,14 @@ class CommandKind:
         classify: Classify,
         sandbox: Sandbox,
         toolchains: Toolchains = NO_TOOLCHAINS,
+        staging: StagingArea | None = None,
     ) -> None:
         self._config = config
         self._classify = classify
         self._sandbox = sandbox
         self._toolchains = toolchains
+        # None: commands write the workspace directly (no sandbox to mount an overlay in).
+        self._staging = staging
 
     def parse(self, input_json: str) -> CommandRequest:
         return requests.from_json(input_json)
@@ -104,7 +108,11 @@ class CommandKind:
             final = finished_entry(started, outcome, time.time(), cancel.why)
             return reconcile_network(final, outcome.network_effects)
 
-        return Execution(work, exclusive=idempotency is not Idempotency.IDEMPOTENT)
+        return Execution(
+            work,
+            exclusive=idempotency is not Idempotency.IDEMPOTENT,
+            staged=self._staging is not None,
+        )
 
     def _destinations(self, verdict: Verdict) -> tuple[Verdict, list[str]]:
         """The hosts the command's URL arguments name that its allow-list lacks: one the
@@ -162,6 +170,7 @@ class CommandKind:
             read_only=(workspace / COOKIE_DIR,),
             toolchains=tuple(Path(t.path) for t in self._toolchains.for_workspace(str(workspace))),
             stdin=request.stdin,
+            staged=self._staging.dirs(started.call_id) if self._staging else None,
         )
 
 

@@ -62,7 +62,11 @@ from shellwardd.ledger import KeyTaken, LedgerStore
 from shellwardd.outcomes import reconcile, refusal, result_from_entry
 from shellwardd.replay import Action, key_taken
 from shellwardd.requests import ToolRequest
+from shellwardd.staging import preview
+from shellwardd.staging.area import StagedDirs, StagingError
+from shellwardd.staging.stager import Stager
 from shellwardd.watch import CallEffects, CallWatch, WorkspaceMonitor
+from shellwardd.watch.detector import StagedView
 
 log = logging.getLogger("shellwardd.calls")
 
@@ -109,6 +113,9 @@ class Execution:
     work: Work
     exclusive: bool  # may write: runs alone in its workspace (inotify cannot tell writers apart)
     watch: bool = True  # False: the effect is outside any workspace (a business tool)
+    # Writes into its own overlay, committed after the work (shellwardd.staging): runs
+    # beside any other call, whatever ``exclusive`` says; only its commit is exclusive.
+    staged: bool = False
 
 
 @dataclass(frozen=True)
@@ -254,13 +261,55 @@ class _Window:
         return self._monitor.finish_call(watch) if watch is not None else None
 
 
+class _Staged:
+    """A staged call's view of its workspace and its overlay; :meth:`settle` commits it.
+    Without a view it is an approved preview: :meth:`commit_preview` commits its result."""
+
+    def __init__(
+        self,
+        stager: Stager,
+        monitor: WorkspaceMonitor,
+        view: StagedView | None,
+        dirs: StagedDirs,
+    ) -> None:
+        self._stager = stager
+        self._monitor = monitor
+        self._view = view
+        self._dirs = dirs
+        self._settled = False
+
+    @property
+    def previewed(self) -> bool:
+        return self._view is None
+
+    def settle(self, final: LedgerEntry) -> LedgerEntry:
+        self._settled = True  # whatever happens now, the commit journal or settle decides
+        return self._stager.settle(final, self._dirs, self._view, self._monitor)
+
+    def commit_preview(self, started: LedgerEntry) -> LedgerEntry:
+        final, effects = preview.load(self._dirs.root, started)
+        final = replace(final, finished_at=time.time())
+        return self._stager.settle(final, self._dirs, None, self._monitor, effects)
+
+    def release(self) -> None:
+        """Discard the overlay when no command ran in it (the call stopped before it
+        started, or its first attempt to start fell back to the waiting path)."""
+        if not self._settled and self._view is not None:
+            self._stager.area.discard(self._dirs)
+
+
 class Lifecycle:
     def __init__(
-        self, ledger: LedgerStore, monitors: Mapping[Path, WorkspaceMonitor], tracker: Tracker
+        self,
+        ledger: LedgerStore,
+        monitors: Mapping[Path, WorkspaceMonitor],
+        tracker: Tracker,
+        stager: Stager | None = None,
     ) -> None:
         self._ledger = ledger
         self._monitors = monitors
         self._tracker = tracker
+        self._stager = stager
 
     def attempt(
         self,
@@ -287,6 +336,7 @@ class Lifecycle:
             plan.entry, verdict=verdict, idempotency=verdict.idempotency,
             replay_policy=verdict.replay_policy,
         )  # fmt: skip
+        first_run = approval is None and bool(plan.approval)
         if approval is None and plan.approval:
             approval = (Code.NEEDS_APPROVAL, outcomes.ask_approval(call_id, plan.approval))
         if approval is not None:
@@ -296,8 +346,45 @@ class Lifecycle:
             if taken is not None:
                 return taken
             listener.accepted(call_id, verdict)
+            if first_run and plan.execution.staged and not entry.network_granted:
+                entry = self._preview(entry, plan.execution)
             return result_from_entry(entry)
         return self._run_new(entry, verdict, plan.execution, listener)
+
+    def _preview(self, entry: LedgerEntry, execution: Execution) -> LedgerEntry:
+        """Run a call waiting for its first approval staged (staging/preview.py) and put its
+        file changes in the pending sentence; the entry unchanged when no preview can run."""
+        monitor = self._monitors.get(Path(entry.workspace))
+        if self._stager is None or monitor is None:
+            return entry
+        try:
+            view = monitor.begin_staged(timeout=entry.timeout_seconds)
+        except (TimeoutError, ShellwardError):
+            return entry
+        try:
+            dirs = self._stager.area.create(
+                entry.call_id, Path(entry.workspace), self._stager.sandbox_owner
+            )
+            with self._tracker.running(entry.call_id) as cancel:
+                final = execution.work(entry, cancel, Silent())
+            diff = self._stager.preview(final, dirs, view)
+        except Exception:
+            log.exception("the preview failed", extra={"call_id": entry.call_id})
+            self.discard_preview(entry.call_id)
+            return entry
+        finally:
+            view.close()
+        if diff is None:
+            return entry
+        content = outcomes.previewed(entry.content, diff)
+        if not self._ledger.annotate_pending(entry.call_id, content, "previewed: writes staged"):
+            return entry
+        return replace(entry, content=content)
+
+    def discard_preview(self, call_id: str) -> None:
+        """Remove what a preview staged (its approval was denied)."""
+        if self._stager is not None:
+            self._stager.area.discard(self._stager.area.dirs(call_id))
 
     def _record_new(self, entry: LedgerEntry, detail: str) -> CommandResult | None:
         """Record a new attempt; the answer instead when its business idempotency key
@@ -391,9 +478,9 @@ class Lifecycle:
         execution: Execution,
         taken: contextlib.ExitStack,
         wait: bool = True,
-    ) -> _Window | None:
-        """The call's watch window (None: nothing to watch). ``wait=False``: only if the
-        workspace is free now, else :class:`_MustWait`."""
+    ) -> _Window | _Staged | None:
+        """The call's watch window or overlay (None: nothing to watch). ``wait=False``: only
+        if the workspace is free now, else :class:`_MustWait`."""
         if not execution.watch:
             return None
         monitor = self._monitors.get(Path(entry.workspace))
@@ -403,6 +490,18 @@ class Lifecycle:
             )
         timeout = entry.timeout_seconds if wait else 0.0
         try:
+            if execution.staged and self._stager is not None:
+                if self._stager.has_preview(entry.call_id):  # approved: commit its result
+                    dirs = self._stager.area.dirs(entry.call_id)
+                    return _Staged(self._stager, monitor, None, dirs)
+                view = monitor.begin_staged(timeout=timeout)
+                taken.callback(view.close)
+                dirs = self._stager.area.create(
+                    entry.call_id, Path(entry.workspace), self._stager.sandbox_owner
+                )
+                staged = _Staged(self._stager, monitor, view, dirs)
+                taken.callback(staged.release)
+                return staged
             watch = monitor.begin_call(exclusive=execution.exclusive, timeout=timeout)
         except TimeoutError as exc:  # IndexNotReady too: still indexing
             if not wait:
@@ -417,6 +516,10 @@ class Lifecycle:
             log.error("workspace cannot be watched", extra={"call_id": entry.call_id,
                                                             "problem": exc.message})  # fmt: skip
             raise Unavailable(outcomes.unwatchable(entry, exc.message)) from exc
+        except StagingError as exc:
+            if not wait:
+                raise _MustWait from exc
+            raise Unavailable(outcomes.unstageable(entry, str(exc))) from exc
         window = _Window(monitor, watch)
         taken.callback(window.close)
         return window
@@ -427,9 +530,15 @@ class Lifecycle:
         started: LedgerEntry,
         cancel: CancelFlag,
         listener: CallListener,
-        window: _Window | None,
+        window: _Window | _Staged | None,
     ) -> LedgerEntry:
         """Do the work and observe its effects; never raises."""
+        if isinstance(window, _Staged) and window.previewed:
+            try:
+                return window.commit_preview(started)
+            except Exception:
+                log.exception("the preview's commit failed", extra={"call_id": started.call_id})
+                return outcomes.commit_failed(outcomes.crashed(started, time.time()))
         try:
             final = execution.work(started, cancel, listener)
         except Exception:
@@ -437,6 +546,13 @@ class Lifecycle:
             final = outcomes.crashed(started, time.time())
         if window is None:
             return final
+        if isinstance(window, _Staged):
+            try:
+                return window.settle(final)
+            except Exception:
+                # The row may be committing: the next start-up finishes it from the journal.
+                log.exception("the commit failed", extra={"call_id": started.call_id})
+                return outcomes.commit_failed(final)
         try:
             effects = window.close()
         except Exception:

@@ -57,6 +57,7 @@ from shellwardd.sandbox.profile import (
     sandbox_path,
 )
 from shellwardd.sandbox.seccomp import Filter, SeccompUnavailable, build_filter
+from shellwardd.staging.area import StagedDirs, StagingArea, StagingError
 
 # After the command exits, how long to wait for stray writers to close the pipes.
 _DRAIN_SECONDS = 2.0
@@ -70,6 +71,9 @@ _JOIN_AND_EXEC = (
     'n=$1; shift; while [ "$n" -gt 0 ]; do echo 0 > "$1" || exit 125; shift; n=$((n-1)); '
     'done; exec "$@"'
 )
+# Run by /bin/sh, as root of the call's new mount namespace, as
+# "shellward-overlay OPTIONS MOUNTPOINT COMMAND...": mount the call's overlay, then exec.
+_MOUNT_AND_EXEC = 'mount -t overlay shellward -o "$1" "$2" || exit 125; shift 2; exec "$@"'
 
 
 @dataclass(frozen=True)
@@ -96,6 +100,8 @@ class SandboxSpec:
     toolchains: Sequence[Path] = ()
     # The command's standard input (b"": /dev/null).
     stdin: bytes = b""
+    # The call's overlay (staged writes); None: the command writes the workspace directly.
+    staged: StagedDirs | None = None
 
     @property
     def base_env(self) -> dict[str, str]:
@@ -168,6 +174,8 @@ class Sandbox:
         self._prlimit = shutil.which("prlimit")
         self._setpriv = shutil.which("setpriv")
         self._env = shutil.which("env") or "/usr/bin/env"
+        self._unshare = shutil.which("unshare")
+        self._mount = shutil.which("mount")
         self._bwrap = shutil.which("bwrap") if enabled else None
         self._as_root = enabled and os.geteuid() == 0
         self._identity = (
@@ -178,6 +186,9 @@ class Sandbox:
         # Names the daemon's cgroups and mounts, so that a restart finds its predecessor's.
         key = state_dir or Path(f"/proc/{os.getpid()}/{id(self)}")
         self._key = key
+        # Where calls' writes are staged (None: a sandbox without a state dir, for tests
+        # of the sandbox alone, writes the workspace directly).
+        self._staging = state_dir / "staging" if state_dir else None
         self._cgroups: Cgroups | None = None  # detected by check()
         self._views = IdmappedWorkspaces(mount_root(key), sandbox_uid, sandbox_uid)
         self._filter: Filter | None = None
@@ -231,10 +242,37 @@ class Sandbox:
                 "and user.max_user_namespaces). Use --no-sandbox only if you accept no "
                 "isolation."
             )
+        self._check_overlay()
         version = subprocess.run(
             [self._bwrap, "--version"], capture_output=True, text=True, check=False
         ).stdout.strip()
         self.detail = f"{version} at {self._bwrap}"
+
+    def _check_overlay(self) -> None:
+        """Fail closed unless a staged call can mount its overlay here."""
+        if self._staging is None:
+            return
+        area = StagingArea(self._staging, self.mount_root)
+        try:
+            dirs = area.create(f"probe-{os.getpid()}", _PROBE, self.sandbox_owner)
+        except StagingError as exc:
+            raise SandboxUnavailable(str(exc)) from None
+        try:
+            probe = self.run(
+                SandboxSpec("true", _PROBE, _PROBE, {}, None, 30.0, Limits(), 4096, staged=dirs),
+                lambda chunk: None,
+                threading.Event(),
+            )
+        finally:
+            area.discard(dirs)
+        if not probe.started or probe.exit_code != 0:
+            raise SandboxUnavailable(
+                "cannot mount the overlay that stages each command's writes (kernel overlayfs "
+                f"in the call's mount namespace): {probe.sandbox_error or probe.stderr.text}. "
+                "It needs Linux 5.11+ with overlayfs, and a state directory on a file system "
+                "overlayfs accepts as an upper layer (not overlayfs or NFS); choose another "
+                "--state-dir, or use --no-sandbox only if you accept no isolation."
+            )
 
     def containment(self, limits: Limits) -> tuple[ContainmentControl, ...]:
         """What is in force, control by control (for ``shellward status``)."""
@@ -260,6 +298,7 @@ class Sandbox:
             (".git", "hooks and config writable" if self._git_writable else
              "hooks and config read-only"),
             ("hidden", ", ".join(self._hidden) or "-"),
+            ("workspace writes", self.staging_mechanism),
         )  # fmt: skip
         return tuple(ContainmentControl(control, state) for control, state in pairs)
 
@@ -279,12 +318,38 @@ class Sandbox:
         if self._cgroups is not None:
             self._cgroups.close()
 
-    def _spawn_prefix(self, cgroup: CallCgroup | None) -> list[str]:
-        """sh joins the call's cgroup, then setpriv drops to the sandbox uid (root daemon)
-        and sets the parent-death signal: all before prlimit and bwrap run."""
+    @property
+    def stages(self) -> bool:
+        """Whether commands run with their writes staged in an overlay."""
+        return self.enabled and self._staging is not None
+
+    @property
+    def staging_mechanism(self) -> str:
+        """How a command's writes reach the workspace (``shellward status``)."""
+        if not self.enabled:
+            return "direct (no sandbox)"
+        where = "as root" if self._as_root else "in a user namespace (userxattr)"
+        return (
+            f"staged: kernel overlayfs per call, mounted {where}; committed after the command exits"
+        )
+
+    @property
+    def mount_root(self) -> Path | None:
+        """Where a root daemon mounts calls' overlays (reachable by the sandbox user)."""
+        return self._views.root if self._as_root else None
+
+    @property
+    def sandbox_owner(self) -> tuple[int, int] | None:
+        """Who a staged upper root must belong to (a root daemon's sandbox user)."""
+        return (self._identity.uid, self._identity.gid) if self._as_root else None
+
+    def _spawn_prefix(self, cgroup: CallCgroup | None, overlay: Sequence[str]) -> list[str]:
+        """sh joins the call's cgroup, the call's overlay is mounted (``overlay``), then
+        setpriv drops to the sandbox uid (root daemon) and sets the parent-death signal:
+        all before prlimit and bwrap run."""
         joins = cgroup.join_files() if cgroup else ()
         prefix = ["/bin/sh", "-c", _JOIN_AND_EXEC, "shellward-spawn", str(len(joins)), *joins]
-        prefix.append(str(self._setpriv))
+        prefix += [*overlay, str(self._setpriv)]
         if self._as_root:
             uid, gid = str(self._identity.uid), str(self._identity.gid)
             prefix += ["--reuid", uid, "--regid", gid, "--clear-groups"]
@@ -313,7 +378,28 @@ class Sandbox:
                 f"{exc}: commands that need network cannot run (install python3)"
             ) from None
 
-    def _profile(self, spec: SandboxSpec, egress: CallEgress | None) -> list[str]:
+    def _overlay(self, spec: SandboxSpec, lower: Path) -> list[str]:
+        """The steps that mount the call's overlay in a mount namespace of its own (which
+        ends with the call: nothing to unmount, even after a crash). A root daemon mounts
+        it as root; any other in a user namespace of its own (``userxattr``)."""
+        if spec.staged is None:
+            return []
+        if self._unshare is None or self._mount is None:
+            raise SandboxUnavailable(
+                "unshare or mount (util-linux) is missing; install util-linux to stage writes"
+            )
+        try:
+            options = spec.staged.options(lower, userxattr=not self._as_root)
+        except StagingError as exc:
+            raise SandboxUnavailable(str(exc)) from None
+        unshare = [self._unshare, "--mount", "--propagation", "private"]
+        if not self._as_root:
+            unshare[1:1] = ["--user", "--map-root-user"]
+        return [*unshare, "--", "/bin/sh", "-c", _MOUNT_AND_EXEC, "shellward-overlay",
+                options, str(spec.staged.mountpoint)]  # fmt: skip
+
+    def _profile(self, spec: SandboxSpec, egress: CallEgress | None) -> tuple[list[str], Path]:
+        """The bwrap profile, and the directory the workspace's view comes from."""
         source = spec.workspace
         if self._as_root and spec.workspace != _PROBE:
             # bwrap, as the sandbox uid, walks to the workspace through the host's
@@ -336,6 +422,9 @@ class Sandbox:
             pinned, git_read_only = git_protected(spec.workspace)
             read_only += git_read_only
         env = {**spec.base_env, "HOME": str(self._home), "TERM": "dumb", **spec.env}
+        lower = source
+        if spec.staged is not None:
+            source = spec.staged.mountpoint
         return bwrap_args(
             workspace=spec.workspace,
             workspace_source=source,
@@ -348,7 +437,7 @@ class Sandbox:
             hidden=[*hidden_paths(self._home, self._hidden), *spec.hidden],
             read_only=read_only,
             pinned=pinned,
-        )
+        ), lower
 
     def run(
         self,
@@ -373,13 +462,16 @@ class Sandbox:
                     spec.limits.max_processes,
                     spec.limits.memory_bytes,
                 )
-            prefix = [*self._spawn_prefix(cgroup), str(self._prlimit)]
-            prefix += [*_prlimit_args(spec.limits), "--"]
             status_read = status_write = None
+            overlay: list[str] = []
+            if self.enabled:
+                profile, lower = self._profile(spec, egress)
+                overlay = self._overlay(spec, lower)
+            prefix = [*self._spawn_prefix(cgroup, overlay), str(self._prlimit)]
+            prefix += [*_prlimit_args(spec.limits), "--"]
             if self.enabled:
                 status_read, status_write = os.pipe()
                 fds += [status_read, status_write]
-                profile = self._profile(spec, egress)
                 if any("\0" in arg for arg in profile):
                     # One NUL would split an argument in two: an injected bwrap option.
                     raise SandboxUnavailable("a NUL byte in the sandbox profile; nothing ran")

@@ -41,6 +41,13 @@ Choices, and why:
   same scan re-synchronises the index for edits made between calls. A watch-limit
   failure is permanent for the monitor: ``progress()`` says "degraded" and every call
   pays for a scan until the limit is raised and the monitor restarted.
+- **Staged calls** (commands writing into an overlay) open no window: their effects are
+  their overlay's upper layer, and nothing they do reaches the workspace until their
+  commit, which runs in an ordinary exclusive window. What they need from the monitor is
+  the workspace as it was when they began: :meth:`~WorkspaceMonitor.begin_staged` opens a
+  :class:`StagedView`, and every later index update first saves the entries it replaces
+  there (copy on write: the cost grows with what changes during the call, not with the
+  workspace).
 - **External edits** (no call running) are applied to the index by a background thread
   shortly after they happen, and in any case before the next call starts.
 """
@@ -66,7 +73,7 @@ from .gate import CallGate
 from .hashing import IndexEntry, Stamp, fs_stamp
 from .index import HashIndex, index_db_path
 from .observer import WorkspaceObserver
-from .paths import COOKIE_DIR, PathFilter
+from .paths import COOKIE_DIR, PathFilter, PathKind
 from .scan import Changes, join, probe_many, stat_scan, walk
 
 MonitorState = Literal["indexing", "ready", "degraded"]
@@ -165,6 +172,37 @@ class _Cookie:
     opening: bool
 
 
+class StagedView:
+    """The workspace as it was when a staged call began (see "Staged calls" above)."""
+
+    def __init__(self, monitor: WorkspaceMonitor) -> None:
+        self._monitor = monitor
+        # path → its entry when the call began, for paths the index changed since.
+        self.saved: dict[str, IndexEntry | None] = {}
+
+    def file(self, path: str) -> IndexEntry | None:
+        with self._monitor._index_lock:
+            if path in self.saved:
+                return self.saved[path]
+            return self._monitor._require_index().get(path)
+
+    def under(self, directory: str) -> list[str]:
+        prefix = f"{directory}/" if directory else ""
+        with self._monitor._index_lock:
+            now = set(self._monitor._require_index().under(directory))
+            for path, entry in self.saved.items():
+                if path.startswith(prefix):
+                    (now.add if entry is not None else now.discard)(path)
+        return sorted(now)
+
+    def kind(self, path: str) -> PathKind:
+        return self._monitor._filter.classify(path)
+
+    def close(self) -> None:
+        with self._monitor._index_lock:
+            self._monitor._staged.discard(self)
+
+
 class _Stopping(Exception):
     """Raised inside the index build when the monitor is stopped."""
 
@@ -203,6 +241,8 @@ class WorkspaceMonitor:
         # Every INDEXED directory of the workspace but the root, with its inode (see
         # "Directories" above).
         self._dirs: dict[str, int] = {}
+        # The open staged calls' views (updated under _index_lock).
+        self._staged: set[StagedView] = set()
 
         self._ids = itertools.count(1)
         self._open_calls: dict[int, _Call] = {}
@@ -302,6 +342,22 @@ class WorkspaceMonitor:
         with self._lock:
             self._open_calls[call.watch.call_id] = call
         return call.watch
+
+    def begin_staged(self, timeout: float | None = None) -> StagedView:
+        """The view of a staged call (see "Staged calls"); the command may start once this
+        returns. Waits for the index like :meth:`begin_call`, but for no gate."""
+        if not self.wait_ready(timeout):
+            p = self.progress()
+            raise IndexNotReady(
+                f"{self._root}: still indexing ({p.files_done:,} / {p.files_total:,} files)"
+            )
+        self._require_ready()
+        self._barrier(None, opening=True)
+        view = StagedView(self)
+        with self._index_lock:
+            self._flush_external(None)
+            self._staged.add(view)
+        return view
 
     def finish_call(self, watch: CallWatch) -> CallEffects:
         """Close the call's window (the command has exited) and return what it changed."""
@@ -559,6 +615,10 @@ class WorkspaceMonitor:
                 changes = {
                     p: e for p, e in changes.items() if not any(c.dirty.covers(p) for c in others)
                 }
+        for view in self._staged:
+            for path in changes:
+                if path not in view.saved:
+                    view.saved[path] = index.get(path)
         index.update(changes)
         return True
 

@@ -29,8 +29,13 @@ from .hashing import DIR_HASH, IndexEntry
 States = Mapping[str, tuple[IndexEntry | None, IndexEntry | None]]
 
 
-def diff(states: States, *, from_rescan: bool = False) -> list[FileEffect]:
-    """The effects of ``states`` (path → (before, after)), sorted by path."""
+def diff(
+    states: States, *, from_rescan: bool = False, by_content: bool = False
+) -> list[FileEffect]:
+    """The effects of ``states`` (path → (before, after)), sorted by path.
+
+    ``by_content``: pair a rename by content alone (a staged call's renamed file is a new
+    inode in its overlay's upper layer)."""
     created: list[tuple[str, IndexEntry]] = []
     deleted: dict[tuple[int, bool, bytes], list[tuple[str, IndexEntry]]] = {}
     effects: list[FileEffect] = []
@@ -39,9 +44,8 @@ def diff(states: States, *, from_rescan: bool = False) -> list[FileEffect]:
         if before is None and after is not None:
             created.append((path, after))
         elif before is not None and after is None:
-            deleted.setdefault((before.inode, before.is_link, before.digest), []).append(
-                (path, before)
-            )
+            key = (0 if by_content else before.inode, before.is_link, before.digest)
+            deleted.setdefault(key, []).append((path, before))
         elif before is not None and after is not None and not before.same_content(after):
             effects.append(
                 FileEffect(
@@ -54,7 +58,8 @@ def diff(states: States, *, from_rescan: bool = False) -> list[FileEffect]:
                 )
             )
     for path, after in created:
-        sources = deleted.get((after.inode, after.is_link, after.digest)) if after.digest else None
+        key = (0 if by_content else after.inode, after.is_link, after.digest)
+        sources = deleted.get(key) if after.digest else None
         if sources:
             old_path, before = sources.pop(0)
             effects.append(

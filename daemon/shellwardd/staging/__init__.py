@@ -1,0 +1,1 @@
+"""Staged execution: a call writes into its own overlay; the daemon commits what it wrote."""

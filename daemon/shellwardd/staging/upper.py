@@ -1,0 +1,159 @@
+"""A staged call's exact effects, read from its overlay's upper layer.
+
+Choices, and why
+- **The upper layer is the call's writes, and nothing else's.** Only the call's own
+  processes see its overlay, so what an editor or another call wrote into the workspace
+  meanwhile is never in it: effects are exact by construction, with no event to attribute.
+- **Before comes from the write detector's index** as it was when the call began
+  (:class:`Before`), after from the upper file. The index, not the lower file now: the
+  lower is the live workspace, and a file changed there during the call must still show
+  its state at the call's start, or the commit could not see the conflict.
+- **What overlayfs writes** (mounted with ``redirect_dir=off,metacopy=off``): a created or
+  modified file or symlink is a whole copy in the upper; a deleted path is a whiteout (a
+  character device 0/0); a directory that replaced the lower one's contents is opaque
+  (``trusted.overlay.opaque`` or, mounted in a user namespace, ``user.overlay.opaque``);
+  a renamed file is a new copy plus a whiteout, paired back into one RENAMED effect by
+  content; a renamed directory is a copy plus a whiteout, reported as such.
+- **Anything else fails closed.** A device node, FIFO or socket in the upper (a command
+  has no business leaving one in a workspace, and a device node would give the next
+  reader the device) raises :class:`UpperRefused`: nothing is committed.
+- **The detector's rules for paths hold**: writes inside a ``.git`` directory are one
+  effect per ``.git`` (``sub/.git/``, no hashes), paths the operator's ignore globs name
+  have no effects (they are committed all the same).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from shellward.types import EffectKind, FileEffect
+from shellwardd.watch.effects import diff, dir_effects
+from shellwardd.watch.hashing import IndexEntry, probe
+from shellwardd.watch.paths import PathKind, git_marker
+
+OPAQUE_XATTRS = ("trusted.overlay.opaque", "user.overlay.opaque")
+
+
+class UpperRefused(Exception):
+    """The upper layer holds what no commit may apply; the message names it."""
+
+
+class Before(Protocol):
+    """The workspace as it was when the call began (the write detector's index)."""
+
+    def file(self, path: str) -> IndexEntry | None: ...
+
+    def under(self, directory: str) -> list[str]: ...
+
+    def kind(self, path: str) -> PathKind:
+        """Whether the write detector indexes ``path``, ignores it, or reports it as one
+        ``.git`` effect."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One thing in the upper layer: a file or link, a whiteout, or a directory."""
+
+    path: str  # relative to the workspace, "/"-separated
+    kind: str  # "file", "whiteout", "dir", "opaque-dir"
+
+
+def entries(upper: Path) -> Iterator[Entry]:
+    """Every entry of the upper layer, parents before children; UpperRefused on a device
+    node, FIFO or socket."""
+    stack = [""]
+    while stack:
+        directory = stack.pop()
+        with os.scandir(upper / directory if directory else upper) as listing:
+            for item in sorted(listing, key=lambda e: e.name):
+                path = f"{directory}/{item.name}" if directory else item.name
+                st = item.stat(follow_symlinks=False)
+                if stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
+                    yield Entry(path, "file")
+                elif stat.S_ISCHR(st.st_mode) and st.st_rdev == 0:
+                    yield Entry(path, "whiteout")
+                elif stat.S_ISDIR(st.st_mode):
+                    yield Entry(path, "opaque-dir" if is_opaque(item.path) else "dir")
+                    stack.append(path)
+                else:
+                    raise UpperRefused(
+                        f"the command left {path!r}, a device node, FIFO or socket, in the "
+                        "workspace; such files are never committed"
+                    )
+
+
+def is_opaque(path: str | Path) -> bool:
+    for name in OPAQUE_XATTRS:
+        try:
+            if os.getxattr(path, name, follow_symlinks=False) == b"y":
+                return True
+        except OSError as exc:
+            if exc.errno not in (errno.ENODATA, errno.EPERM, errno.ENOTSUP):
+                raise
+    return False
+
+
+def staged_effects(upper: Path, workspace: Path, before: Before) -> list[FileEffect]:
+    """The call's effects: its upper layer against the workspace as it began."""
+    states: dict[str, tuple[IndexEntry | None, IndexEntry | None]] = {}
+    created_dirs: dict[str, int] = {}
+    removed_dirs: dict[str, int] = {}
+    listed: set[str] = set()
+
+    def remove_below(directory: str) -> None:
+        for path in before.under(directory):
+            if path not in listed:
+                states.setdefault(path, (before.file(path), None))
+
+    git: dict[str, EffectKind] = {}
+    for entry in entries(upper):
+        kind = before.kind(entry.path)
+        if kind is PathKind.GIT:
+            # As the write detector reports them: one effect per .git directory.
+            marker = git_marker(entry.path)
+            existed = (workspace / marker).is_dir()
+            gone = entry.kind == "whiteout" and f"{entry.path}/" == marker
+            git[marker] = (
+                EffectKind.DELETED if gone else
+                EffectKind.MODIFIED if existed else EffectKind.CREATED
+            )  # fmt: skip
+            continue
+        if kind is not PathKind.INDEXED:
+            continue  # ignored by the operator, or the write detector's own (read-only)
+        listed.add(entry.path)
+        real = _lstat(workspace / entry.path)
+        was_dir = real is not None and stat.S_ISDIR(real.st_mode)
+        if entry.kind == "file":
+            states[entry.path] = (before.file(entry.path), probe(upper / entry.path))
+        elif entry.kind == "whiteout":
+            if was_dir and real is not None:
+                removed_dirs[entry.path] = real.st_ino
+                remove_below(entry.path)
+            else:
+                states[entry.path] = (before.file(entry.path), None)
+        else:
+            if not was_dir:
+                created_dirs[entry.path] = os.lstat(upper / entry.path).st_ino
+                if before.file(entry.path) is not None:  # a file replaced by a directory
+                    states[entry.path] = (before.file(entry.path), None)
+            elif entry.kind == "opaque-dir":
+                remove_below(entry.path)
+    # What an opaque directory hid is deleted unless the upper holds it again.
+    effects = diff(states, by_content=True)
+    effects.extend(dir_effects(created_dirs, removed_dirs, effects))
+    effects.extend(FileEffect(marker, kind) for marker, kind in git.items())
+    effects.sort(key=lambda e: e.path)
+    return effects
+
+
+def _lstat(path: Path) -> os.stat_result | None:
+    try:
+        return os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
