@@ -1,17 +1,23 @@
-# shellward: `make serve` starts the daemon, `make test` runs the whole suite.
+# shellward: `make serve WORKSPACE=DIR` starts the daemon, `make test` runs the whole suite.
 # Both install what is missing first: a virtualenv with the project, and bubblewrap.
 
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
+# serve: the directory commands may run in (required: the clone itself is no workspace),
+# and more shellwardd flags (SERVE_ARGS='--log-format text --metrics 127.0.0.1:9464').
+WORKSPACE  ?=
 SERVE_ARGS ?=
 
 .PHONY: serve test proto bench lint system-deps install clean
 
-## serve: install what is missing, then run the daemon on its defaults (Ctrl-C stops it)
+## serve: install what is missing, then run the daemon for WORKSPACE (Ctrl-C stops it)
 serve: install
-	$(VENV)/bin/shellwardd $(SERVE_ARGS)
+	@if [ -z "$(WORKSPACE)" ]; then \
+		echo "make serve needs WORKSPACE=DIR, the directory commands may run in (absolute, or" \
+		     "relative to this clone), e.g. make serve WORKSPACE=$$HOME/src/app" >&2; exit 2; fi
+	$(VENV)/bin/shellwardd --workspace "$(WORKSPACE)" $(SERVE_ARGS)
 
 ## test: install what is missing, then run the whole test suite
 test: install
@@ -24,10 +30,12 @@ proto: install
 ## bench: run the benchmarks (figures go into docs/performance.md by hand)
 bench: install
 	$(PY) bench/overhead.py
+	$(PY) bench/throughput.py
 	$(PY) bench/classify.py
 	$(PY) bench/detect.py --sizes 1000,10000
 	$(PY) bench/fleet.py
 	$(PY) bench/short_rpcs.py
+	$(PY) bench/network.py
 
 ## lint: ruff and mypy (daemon/ and client/ are mypy's source roots)
 lint: install
@@ -39,7 +47,9 @@ install: system-deps $(STAMP)
 
 # bubblewrap (the sandbox), util-linux (prlimit, setpriv, unshare), gcc (the red-team
 # tests build a preload library), python3-venv and postgresql (the fleet tests start a
-# throw-away server: tests/postgres.py) come from Debian when missing.
+# throw-away server: tests/postgres.py), the system's python3 (the network relay inside the
+# sandbox), curl and openssl (the network tests' client and certificate) come from Debian
+# when missing.
 system-deps:
 	@missing=""; \
 	command -v bwrap >/dev/null 2>&1 || missing="$$missing bubblewrap"; \
@@ -48,6 +58,9 @@ system-deps:
 	command -v gcc >/dev/null 2>&1 || missing="$$missing gcc"; \
 	$(PYTHON) -c 'import ensurepip, venv' >/dev/null 2>&1 || missing="$$missing python3-venv"; \
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	PATH=/usr/local/bin:/usr/bin:/bin command -v python3 >/dev/null 2>&1 || missing="$$missing python3"; \
+	command -v curl >/dev/null 2>&1 || missing="$$missing curl"; \
+	command -v openssl >/dev/null 2>&1 || missing="$$missing openssl"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing system packages:$$missing"; \
 		if [ "$$(id -u)" != 0 ]; then SUDO=sudo; fi; \

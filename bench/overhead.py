@@ -2,10 +2,14 @@
 
 Both sides run the same sandbox (the daemon's own Sandbox.run: profile, seccomp filter,
 call cgroup, idmapped workspace as root), interleaved in one process so that machine noise
-hits both alike. Also prints a breakdown: an empty gRPC round
-trip, the three ledger commits of a call, and the classification.
+hits both alike. A third side is the minimal profile a user would script by hand (ro root,
+rw workspace, private /tmp, unshare-all), spawned with subprocess. ``--baseline DIR`` adds
+a second daemon run from another tree's daemon/ and client/ (e.g. a ``git archive`` of the
+commit before a change), interleaved too: a before/after in one run. Also prints a
+breakdown: an empty gRPC round trip, the three ledger commits of a call, and the
+classification.
 
-    python bench/overhead.py [--runs 300]
+    python bench/overhead.py [--runs 300] [--baseline DIR]
 
 Target: median ratio daemon / bare ≤ 1.3.
 """
@@ -13,7 +17,9 @@ Target: median ratio daemon / bare ≤ 1.3.
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -48,6 +54,7 @@ def _time(action: Callable[[], object]) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=300)
+    parser.add_argument("--baseline", type=Path, help="a tree whose daemon/ to compare with")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="shellward-bench-") as tmp:
@@ -55,6 +62,17 @@ def main() -> int:
         workspace = base / "ws"
         workspace.mkdir()
         daemon = start_daemon(base / "s.sock", base / "state", workspace)
+        baseline = None
+        if args.baseline:
+            path = f"{args.baseline / 'daemon'}:{args.baseline / 'client'}"
+            baseline = start_daemon(
+                base / "b.sock", base / "b-state", workspace, env={"PYTHONPATH": path}
+            )
+        minimal = [
+            str(shutil.which("bwrap")), "--ro-bind", "/", "/", "--tmpfs", "/tmp",
+            "--bind", str(workspace), str(workspace), "--unshare-all", "--die-with-parent",
+            "--chdir", str(workspace), "--", "/bin/bash", "-c", "true",
+        ]  # fmt: skip
         sandbox = Sandbox()
         sandbox.check()
         spec = SandboxSpec(
@@ -68,20 +86,34 @@ def main() -> int:
 
         ledger = SqliteLedger(base / "bench-ledger.sqlite3")
         classifier = Classifier(load_rules())
+
+        def minimal_spawn() -> None:
+            subprocess.run(minimal, check=True)
+
         try:
-            with daemon.client() as client:
-                for _ in range(20):  # warm up both paths
+            with daemon.client() as client, (baseline or daemon).client() as old:
+                for _ in range(20):  # warm up every path
                     client.run_command("true", cwd=workspace)
+                    old.run_command("true", cwd=workspace)
                     bare()
+                    minimal_spawn()
                 daemon_s, bare_s, rpc_s, ledger_s, classify_s = [], [], [], [], []
+                ledger2_s: list[float] = []
+                old_s, minimal_s = [], []
                 for i in range(args.runs):
                     daemon_s.append(_time(lambda: client.run_command("true", cwd=workspace)))
+                    if baseline:
+                        old_s.append(_time(lambda: old.run_command("true", cwd=workspace)))
                     bare_s.append(_time(bare))
+                    minimal_s.append(_time(minimal_spawn))
                     rpc_s.append(_time(client.status))
                     ledger_s.append(_time(lambda i=i: _three_commits(ledger, f"c{i}")))
+                    ledger2_s.append(_time(lambda i=i: _two_commits(ledger, f"d{i}")))
                     classify_s.append(_time(lambda: classifier.classify("true")))
         finally:
             daemon.stop()
+            if baseline:
+                baseline.stop()
             ledger.close()
             sandbox.close()
 
@@ -90,25 +122,46 @@ def main() -> int:
     print(f"runs: {args.runs} (interleaved)")
     print(f"RunCommand('true') via client   median {d_med:7.2f} ms   p95 {d_p95:7.2f} ms")
     print(f"bare Sandbox.run (same profile) median {b_med:7.2f} ms   p95 {b_p95:7.2f} ms")
+    m_med, m_p95 = _ms(minimal_s)
+    print(f"minimal profile, subprocess     median {m_med:7.2f} ms   p95 {m_p95:7.2f} ms")
     print(f"ratio daemon/bare               median {d_med / b_med:7.2f}      p95 "
           f"{d_p95 / b_p95:7.2f}   (target <= 1.30)")  # fmt: skip
+    print(f"ratio daemon/minimal            median {d_med / m_med:7.2f}      p95 "
+          f"{d_p95 / m_p95:7.2f}")  # fmt: skip
+    if old_s:
+        o_med, o_p95 = _ms(old_s)
+        print(f"baseline daemon ({args.baseline}) median {o_med:7.2f} ms   p95 {o_p95:7.2f} ms")
+        print(f"ratio daemon/baseline           median {d_med / o_med:7.2f}")
     print("breakdown (medians):")
     for label, samples in (
         ("empty gRPC round trip (GetStatus)", rpc_s),
         ("ledger: record + started + finish", ledger_s),
+        ("ledger: record_started + finish", ledger2_s),
         ("classify('true')", classify_s),
     ):
         print(f"  {label:36s} {_ms(samples)[0]:7.2f} ms")
     return 0
 
 
-def _three_commits(ledger: SqliteLedger, call_id: str) -> None:
-    entry = LedgerEntry(
+def _planned(call_id: str) -> LedgerEntry:
+    return LedgerEntry(
         call_id, "bench", call_id, "run_command", "sha256:x", CallStatus.PLANNED,
         Idempotency.IDEMPOTENT, ReplayPolicy.AUTO, command="true", created_at=time.time(),
     )  # fmt: skip
+
+
+def _three_commits(ledger: SqliteLedger, call_id: str) -> None:
+    """A call that waited for its workspace (or an approval): planned, started, final."""
+    entry = _planned(call_id)
     ledger.record(entry)
     ledger.mark_started(call_id, time.time())
+    ledger.finish(replace(entry, status=CallStatus.SUCCEEDED, finished_at=time.time()))
+
+
+def _two_commits(ledger: SqliteLedger, call_id: str) -> None:
+    """A call with nothing to wait for: planned and started in one commit, then final."""
+    entry = _planned(call_id)
+    ledger.record_started(entry, time.time())
     ledger.finish(replace(entry, status=CallStatus.SUCCEEDED, finished_at=time.time()))
 
 

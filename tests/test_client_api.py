@@ -19,7 +19,7 @@ PUBLIC = {
     "ArgumentFact", "ArgumentKind", "AsyncClient", "AuthenticationError", "CallAccepted",
     "CallStatus", "CapturedOutput", "Client", "Code", "CommandPart", "CommandResult",
     "DaemonStatus", "DaemonUnavailable", "DeadlineExceeded", "EffectKind", "FileEffect",
-    "Idempotency", "InvalidRequest", "LedgerEntry", "NotFound", "OutputChunk",
+    "Idempotency", "InvalidRequest", "LedgerEntry", "NetworkEffect", "NotFound", "OutputChunk",
     "PermissionDenied", "ProtocolError", "RecoveryItem", "ReloadOutcome", "ReplayPolicy",
     "RuleFileCheck", "RuleLayer", "ShellwardError", "Stream", "StreamEvent", "ToolInfo",
     "ToolServerStatus", "Transition", "Verdict", "WorkspaceStatus", "ContainmentControl",

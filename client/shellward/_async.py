@@ -21,6 +21,7 @@ from shellward._base import BaseClient
 from shellward._exceptions import translate
 from shellward._requests import PathLike, StreamEvent
 from shellward.types import (
+    CallAccepted,
     CommandResult,
     DaemonStatus,
     LedgerEntry,
@@ -66,17 +67,20 @@ class AsyncClient(BaseClient):
 
     async def _events(self, call: calls.Streamed) -> AsyncIterator[StreamEvent]:
         """Typed events of a RunCommand or Replay stream; the result comes last."""
+        accepted = ""  # the call's id once the daemon took it: an error after may have run
         try:
             async for message in getattr(self._stub, call.method)(
                 call.request, **self._options(call.deadline)
             ):
                 event = calls.event_from_wire(message)
+                if isinstance(event, CallAccepted):
+                    accepted = event.call_id
                 if event is not None:
                     yield event
                 if isinstance(event, CommandResult):
                     return
         except grpc.RpcError as exc:
-            raise translate(exc, self.target) from exc
+            raise translate(exc, self.target, accepted) from exc
         raise calls.stream_ended_early()
 
     @staticmethod
@@ -103,16 +107,18 @@ class AsyncClient(BaseClient):
         network: bool = False,
         rerun: bool = False,
         rpc_timeout: float | None = None,
+        stdin: bytes = b"",
     ) -> AsyncIterator[StreamEvent]:
         """Run a command and yield a CallAccepted, its OutputChunks, then the CommandResult.
 
         ``timeout`` bounds the command (the daemon kills it); ``rpc_timeout`` bounds this
         call only: when it passes (or the stream is closed) the daemon cancels the command,
-        which ends as a killed call does (uncertain if it may have written).
+        which ends as a killed call does (uncertain if it may have written). ``stdin``: what
+        the command reads on its standard input (at most 1 MiB; part of the call's identity).
         """
         return self._events(calls.run_command(
             command, cwd=cwd, run_id=run_id, step_id=step_id, timeout=timeout, env=env,
-            network=network, rerun=rerun, rpc_timeout=rpc_timeout,
+            network=network, rerun=rerun, rpc_timeout=rpc_timeout, stdin=stdin,
         ))  # fmt: skip
 
     async def run_command(
@@ -128,11 +134,12 @@ class AsyncClient(BaseClient):
         network: bool = False,
         rerun: bool = False,
         rpc_timeout: float | None = None,
+        stdin: bytes = b"",
     ) -> CommandResult:
         """Run a command and return its structured result (see ``stream_command``)."""
         events = self.stream_command(
             command, cwd=cwd, run_id=run_id, step_id=step_id, timeout=timeout, env=env,
-            network=network, rerun=rerun, rpc_timeout=rpc_timeout,
+            network=network, rerun=rerun, rpc_timeout=rpc_timeout, stdin=stdin,
         )  # fmt: skip
         return await self._final(events, on_output)
 

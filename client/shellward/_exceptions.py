@@ -1,7 +1,7 @@
 """The client's exceptions. ``grpc.RpcError`` never reaches a user; it is translated here.
 
     ShellwardError
-    ├── DaemonUnavailable      no daemon at the socket / address (start it: `make serve`)
+    ├── DaemonUnavailable      no daemon at the socket / address, or it went away during a call
     ├── AuthenticationError    TCP without the right token
     ├── InvalidRequest         the daemon refused the input (empty command, bad cwd, …)
     ├── PermissionDenied       outside the daemon's workspaces
@@ -84,8 +84,9 @@ _BY_STATUS: dict[grpc.StatusCode, type[ShellwardError]] = {
 }
 
 
-def translate(exc: grpc.RpcError, target: str) -> ShellwardError:
-    """Turn a gRPC error into the matching ShellwardError, with a message that helps."""
+def translate(exc: grpc.RpcError, target: str, accepted: str = "") -> ShellwardError:
+    """Turn a gRPC error into the matching ShellwardError, with a message that helps.
+    ``accepted``: the id of the call the daemon had taken when the error came (a stream)."""
     # Sync errors are grpc.Call; asyncio ones (AioRpcError) have the same two methods.
     answered = isinstance(exc, grpc.Call | grpc.aio.AioRpcError)
     code = exc.code() if answered else grpc.StatusCode.UNKNOWN
@@ -93,10 +94,17 @@ def translate(exc: grpc.RpcError, target: str) -> ShellwardError:
     sent = _wire.error_details(exc.trailing_metadata()) if answered else None
     domain = sent.code if sent else None
     kind = _BY_STATUS.get(code, ProtocolError)
-    if kind is DaemonUnavailable and domain is None:  # no daemon answered: say how to start one
+    if kind is DaemonUnavailable and domain is None and accepted:  # it died under the call
         details = (
-            f"no shellward daemon answers at {target} ({details}). Start one with "
-            "`make serve` or `shellwardd`, or point --socket / SHELLWARD_SOCKET at it."
+            f"the daemon at {target} went away during call {accepted} ({details}). The "
+            "command may have run, partly or fully. When a daemon answers again, "
+            f"`shellward show {accepted}` (get_call) tells how it ended: a call cut short is "
+            "uncertain if it may have written, and `shellward recover` lists what to do."
+        )
+    elif kind is DaemonUnavailable and domain is None:  # no daemon answered: how to start one
+        details = (
+            f"no shellward daemon answers at {target} ({details}). Start one with `make serve "
+            "WORKSPACE=DIR` or `shellwardd`, or point --socket / SHELLWARD_SOCKET at it."
         )
     elif kind is DeadlineExceeded:
         details = (

@@ -20,9 +20,11 @@ from typing import NamedTuple, TextIO
 from shellward.types import (
     CallStatus,
     CapturedOutput,
+    Code,
     CommandPart,
     CommandResult,
     DaemonStatus,
+    EffectKind,
     FileEffect,
     Idempotency,
     LedgerEntry,
@@ -189,15 +191,19 @@ def run_summary(result: CommandResult, style: Style, *, accepted: bool) -> str:
     """The one line ``shellward run`` prints to stderr after the command's own output.
 
     ``accepted``: the daemon took the call as a new one; if not, and it is no replay, it
-    refused at once and the fields (status, verdict) are those of the earlier call named.
+    refused at once: about an earlier call of the step (whose fields, status and verdict,
+    the result carries), or a new request refused before it ran (no verdict: it was never
+    classified or never ran). A call that ran names the files it changed.
     """
     verdict = verdict_label(result.idempotency, result.replay_policy, style)
     if not accepted and not result.replayed:
-        parts = [
-            style.paint("nothing ran", "red"),
-            result.code.value,
-            f"earlier call {result.call_id} {result.status.value}, {verdict}",
-        ]
+        if result.code is Code.IN_PROGRESS:
+            about = f"call {result.call_id} runs it now"
+        elif result.verdict is not None or result.code in _ABOUT_AN_EARLIER_CALL:
+            about = f"earlier call {result.call_id} {result.status.value}, {verdict}"
+        else:
+            about = f"refused, recorded as call {result.call_id}"
+        parts = [style.paint("nothing ran", "red"), result.code.value, about]
     else:
         exit_text = "none" if result.exit_code is None else str(result.exit_code)
         parts = [
@@ -209,7 +215,28 @@ def run_summary(result: CommandResult, style: Style, *, accepted: bool) -> str:
         ]
     if result.replayed:
         parts.append("replayed from the ledger")
+    elif accepted and result.file_effects:
+        parts.append(effects_summary(result.file_effects))
     return style.paint("shellward:", "dim") + " " + " · ".join(parts)
+
+
+# Refusals that are about the step's earlier call even when it has no verdict recorded.
+_ABOUT_AN_EARLIER_CALL = frozenset({Code.IDEMPOTENCY_KEY_MISMATCH, Code.RECORD_EXPIRED})
+EFFECTS_SHOWN = 5
+
+
+def effects_summary(effects: Sequence[FileEffect]) -> str:
+    """``created hello.txt, out/a.o; deleted old.txt``: the files a call changed, by kind,
+    the first few of each named and the rest counted."""
+    by_kind: dict[EffectKind, list[str]] = {}
+    for effect in effects:
+        by_kind.setdefault(effect.kind, []).append(_effect_path(effect))
+    groups = []
+    for kind, names in by_kind.items():
+        more = len(names) - EFFECTS_SHOWN
+        shown = ", ".join(names[:EFFECTS_SHOWN]) + (f" and {more} more" if more > 0 else "")
+        groups.append(f"{kind.value} {shown}")
+    return "; ".join(groups)
 
 
 # --- ledger -----------------------------------------------------------------------------
@@ -347,6 +374,7 @@ def entry_details(entry: LedgerEntry, style: Style) -> str:
         fields(_entry_fields(entry, style), style),
         _section("verdict", explain(entry.verdict, style) if entry.verdict else "-", style),
         _section("file effects", _effects_text(entry.file_effects, style), style),
+        _section("network effects", _network_text(entry, style), style),
         _section("stdout", _output_text(entry.stdout, style), style),
         _section("stderr", _output_text(entry.stderr, style), style),
         _section("history", _history_text(entry, style), style),
@@ -392,6 +420,11 @@ def _entry_fields(entry: LedgerEntry, style: Style) -> list[tuple[str, str]]:
     ]
     if entry.unexpected_writes:
         pairs.append(("unexpected writes", "yes: the verdict said it would not write files"))
+    if entry.unexpected_network:
+        pairs.append(
+            ("unexpected network", "yes: the verdict said it would only read from its rules' "
+             "destinations")
+        )  # fmt: skip
     if entry.effects_from_rescan:
         pairs.append(("effects", "from a full rescan (the file watcher overflowed)"))
     if entry.note:
@@ -417,6 +450,27 @@ def _effects_text(effects: Sequence[FileEffect], style: Style) -> str:
         for effect in effects
     ]
     return table(("KIND", "BEFORE → AFTER", "SIZE", "PATH"), rows, style)
+
+
+def _network_text(entry: LedgerEntry, style: Style) -> str:
+    if not entry.network_effects:
+        return "none" if entry.network_granted else "none (no network)"
+    rows = [
+        [
+            Cell(effect.method or "-", "yellow"),
+            Cell(
+                f"{effect.host}:{effect.port}" + (f" ({effect.address})" if effect.address else "")
+            ),
+            Cell(effect.path or "-"),
+            Cell(
+                "refused: " + effect.refused
+                if effect.refused
+                else f"{effect.bytes_sent} / {effect.bytes_received}"
+            ),
+        ]
+        for effect in entry.network_effects
+    ]
+    return table(("METHOD", "DESTINATION", "PATH", "SENT / RECEIVED BYTES"), rows, style)
 
 
 def _effect_path(effect: FileEffect) -> str:
@@ -521,6 +575,7 @@ def status_text(status: DaemonStatus, style: Style) -> str:
         ("uptime", format_duration(status.uptime_seconds)),
     ]
     pairs.extend(("workspace", line) for line in _workspace_lines(status))
+    pairs.extend(_path_lines(status.workspace_status))
     pairs.extend(("rules", source) for source in status.rule_sources or ("-",))
     pairs.extend(("tool server", _tool_server_line(server)) for server in status.tool_servers)
     return fields(pairs, style)
@@ -535,6 +590,17 @@ def _tool_server_line(server: ToolServerStatus) -> str:
     if server.last_error:
         state += f"; last error: {server.last_error}"
     return f"{server.name} ({state}, started {server.starts} time(s))"
+
+
+def _path_lines(workspaces: Sequence[WorkspaceStatus]) -> list[tuple[str, str]]:
+    """Each workspace's PATH inside the sandbox (named when there are several), its notes."""
+    pairs = []
+    for ws in workspaces:
+        if ws.path:
+            where = f" (in {ws.root})" if len(workspaces) > 1 else ""
+            pairs.append(("PATH", ws.path + where))
+        pairs.extend(("PATH note", note) for note in ws.path_notes)
+    return pairs
 
 
 def _workspace_lines(status: DaemonStatus) -> list[str]:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from shellward import _wire
-from shellward._exceptions import ProtocolError
+from shellward._exceptions import InvalidRequest, ProtocolError
 from shellward._paths import default_socket_path
 from shellward.types import (
     CallAccepted,
@@ -79,11 +79,26 @@ class Streamed:
 
 
 def resolve_target(socket: PathLike, address: str | None) -> str:
-    """The gRPC target: a TCP ``address`` if given, else the Unix socket (flag, env, default)."""
+    """The gRPC target: a TCP ``address`` if given, else the Unix socket (flag, env, default).
+    An address must name its port: gRPC would take a bare host for port 443, and the daemon
+    listens on TCP only where its ``--tcp HOST:PORT`` says."""
     if address:
+        if "://" not in address and not _has_port(address):
+            raise InvalidRequest(
+                f"the address {address!r} has no port; give HOST:PORT, the one the daemon's "
+                "--tcp names (e.g. 127.0.0.1:7433, or [::1]:7433)"
+            )
         return address
     path = socket or os.environ.get("SHELLWARD_SOCKET") or default_socket_path()
     return f"unix:{Path(path).expanduser().absolute()}"
+
+
+def _has_port(address: str) -> bool:
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        return False
+    # A bare IPv6 address ("::1") ends in digits too; with a port it is bracketed.
+    return ":" not in host or (host.startswith("[") and host.endswith("]"))
 
 
 def auth_metadata(token: str | None) -> tuple[tuple[str, str], ...]:
@@ -110,6 +125,7 @@ def run_command(
     network: bool,
     rerun: bool,
     rpc_timeout: float | None,
+    stdin: bytes = b"",
 ) -> Streamed:
     request = pb.RunCommandRequest(
         command=command,
@@ -120,6 +136,7 @@ def run_command(
         step_id=step_id,
         network=pb.NetworkRequest(allow=network),
         rerun=rerun,
+        stdin=stdin,
     )
     return Streamed("RunCommand", request, rpc_timeout)
 

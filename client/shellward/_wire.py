@@ -6,6 +6,7 @@ else touches generated code.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import asdict, dataclass, fields
 from typing import Any
@@ -124,6 +125,7 @@ def verdict_to_wire(verdict: t.Verdict) -> pb.Verdict:
         needs_approval=verdict.needs_approval,
         parts=[_part_to_wire(part) for part in verdict.parts],
         deciding_part=verdict.deciding_part,
+        destinations=list(verdict.destinations),
     )
 
 
@@ -147,6 +149,7 @@ def _part_to_wire(part: t.CommandPart) -> pb.CommandPart:
             for fact in part.arguments
         ],
         context=part.context,
+        destinations=list(part.destinations),
     )
 
 
@@ -159,6 +162,23 @@ def effect_to_wire(effect: t.FileEffect) -> pb.FileEffect:
         size=effect.size,
         renamed_from=effect.renamed_from,
         from_rescan=effect.from_rescan,
+    )
+
+
+def network_effect_to_wire(effect: t.NetworkEffect) -> pb.NetworkEffect:
+    return pb.NetworkEffect(**dataclasses.asdict(effect))
+
+
+def network_effect_from_wire(message: pb.NetworkEffect) -> t.NetworkEffect:
+    return t.NetworkEffect(
+        host=message.host,
+        port=message.port,
+        address=message.address,
+        method=message.method,
+        path=message.path,
+        bytes_sent=message.bytes_sent,
+        bytes_received=message.bytes_received,
+        refused=message.refused,
     )
 
 
@@ -201,6 +221,7 @@ def result_to_wire(result: t.CommandResult) -> pb.CommandResult:
         file_effects=[effect_to_wire(e) for e in result.file_effects],
         started_at=_timestamp(result.started_at),
         finished_at=_timestamp(result.finished_at),
+        network_effects=[network_effect_to_wire(e) for e in result.network_effects],
     )
 
 
@@ -222,6 +243,8 @@ def entry_to_wire(entry: t.LedgerEntry, *, omit_output: bool = False) -> pb.Ledg
         verdict=verdict_to_wire(entry.verdict) if entry.verdict else None,
         file_effects=[effect_to_wire(e) for e in entry.file_effects],
         network_granted=entry.network_granted,
+        network_effects=[network_effect_to_wire(e) for e in entry.network_effects],
+        unexpected_network=entry.unexpected_network,
         exit_code=entry.exit_code,
         code=entry.code.value,
         content=entry.content,
@@ -257,6 +280,7 @@ def verdict_from_wire(message: pb.Verdict) -> t.Verdict:
         needs_approval=message.needs_approval,
         parts=tuple(_part_from_wire(part) for part in message.parts),
         deciding_part=message.deciding_part if message.HasField("deciding_part") else None,
+        destinations=tuple(message.destinations),
     )
 
 
@@ -282,6 +306,7 @@ def _part_from_wire(message: pb.CommandPart) -> t.CommandPart:
             for fact in message.arguments
         ),
         context=message.context,
+        destinations=tuple(message.destinations),
     )
 
 
@@ -337,6 +362,7 @@ def result_from_wire(message: pb.CommandResult) -> t.CommandResult:
         file_effects=tuple(effect_from_wire(e) for e in message.file_effects),
         started_at=_seconds(message, "started_at"),
         finished_at=_seconds(message, "finished_at"),
+        network_effects=tuple(network_effect_from_wire(e) for e in message.network_effects),
         **_metadata_from_wire(message.metadata),
     )
 
@@ -398,6 +424,8 @@ def entry_from_wire(message: pb.LedgerEntry) -> t.LedgerEntry:
         verdict=verdict_from_wire(message.verdict) if message.HasField("verdict") else None,
         file_effects=tuple(effect_from_wire(e) for e in message.file_effects),
         network_granted=message.network_granted,
+        network_effects=tuple(network_effect_from_wire(e) for e in message.network_effects),
+        unexpected_network=message.unexpected_network,
         exit_code=message.exit_code if message.HasField("exit_code") else None,
         code=code_from_wire(message.code),
         content=message.content,
@@ -445,6 +473,8 @@ def daemon_status_to_wire(status: t.DaemonStatus) -> pb.StatusResponse:
                 files_done=w.files_done,
                 files_total=w.files_total,
                 note=w.note,
+                path=w.path,
+                path_notes=list(w.path_notes),
             )
             for w in status.workspace_status
         ],
@@ -476,6 +506,8 @@ def daemon_status_from_wire(message: pb.StatusResponse) -> t.DaemonStatus:
                 files_done=w.files_done,
                 files_total=w.files_total,
                 note=w.note,
+                path=w.path,
+                path_notes=tuple(w.path_notes),
             )
             for w in message.workspace_status
         ),

@@ -144,6 +144,8 @@ class CommandPart:
     arguments: tuple[ArgumentFact, ...] = ()
     # Where the part was found: "" at top level, else e.g. "bash -c", "$(...)", "find -exec".
     context: str = ""
+    # The destinations its rule names, when it needs network.
+    destinations: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -158,6 +160,9 @@ class Verdict:
     parts: tuple[CommandPart, ...] = ()
     # Index into ``parts`` of the part that decided the verdict, or None.
     deciding_part: int | None = None
+    # The destinations its rules name (domains; ``*.`` for subdomains): its allow-list,
+    # before the operator's additions.
+    destinations: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -171,6 +176,36 @@ class FileEffect:
     size: int = 0
     renamed_from: str = ""
     from_rescan: bool = False
+
+
+@dataclass(frozen=True)
+class NetworkEffect:
+    """One connection a call asked the daemon's proxy for: where to, what was sent, or why
+    it was refused (``refused`` non-empty: nothing was sent)."""
+
+    host: str
+    port: int
+    # The address the proxy checked and connected to ("" if refused before resolving).
+    address: str = ""
+    # "CONNECT" for a tunnel (HTTPS), else the plain HTTP request's method.
+    method: str = ""
+    # A plain HTTP request's path (with its query); "" for a tunnel.
+    path: str = ""
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    refused: str = ""
+
+
+def network_effect_dict(effect: NetworkEffect) -> dict[str, object]:
+    """What a model reads of one connection: where, what, how much, or why refused."""
+    shown: dict[str, object] = {"host": effect.host, "port": effect.port, "method": effect.method}
+    if effect.path:
+        shown["path"] = effect.path
+    if effect.refused:
+        shown["refused"] = effect.refused
+    else:
+        shown |= {"bytes_sent": effect.bytes_sent, "bytes_received": effect.bytes_received}
+    return shown
 
 
 @dataclass(frozen=True)
@@ -206,6 +241,10 @@ class LedgerEntry:
     verdict: Verdict | None = None
     file_effects: tuple[FileEffect, ...] = ()
     network_granted: bool = False
+    # Every connection the call asked the proxy for, in order (see docs/network.md).
+    network_effects: tuple[NetworkEffect, ...] = ()
+    # An idempotent-classified call whose traffic was more than reads from its allow-list.
+    unexpected_network: bool = False
     exit_code: int | None = None
     code: Code = Code.OK
     content: str = ""
@@ -267,6 +306,8 @@ class CommandResult:
     output_json: str = ""
     # The key shellward sent with a business tool call ("" when none).
     idempotency_key: str = ""
+    # Every connection the call asked the daemon's proxy for, refused ones too.
+    network_effects: tuple[NetworkEffect, ...] = ()
 
     @property
     def output(self) -> Any:
@@ -292,6 +333,7 @@ class CommandResult:
                 "stdout_truncated": self.stdout.truncated,
                 "stderr_truncated": self.stderr.truncated,
                 "file_effects": [{"path": e.path, "kind": e.kind.value} for e in self.file_effects],
+                "network_effects": [network_effect_dict(e) for e in self.network_effects],
             },
         }
 
@@ -319,6 +361,9 @@ class WorkspaceStatus:
     files_done: int = 0
     files_total: int = 0
     note: str = ""
+    # The PATH commands run with here, and what kept a toolchain off it or broken in it.
+    path: str = ""
+    path_notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -9,14 +9,19 @@ from __future__ import annotations
 import argparse
 import getpass
 import hashlib
+import ipaddress
 import os
 import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from shellward._paths import default_socket_path, default_state_dir, default_user_rules
+from shellward._version import package_version
+from shellwardd.egress.policy import as_network, check_entry, normal_host
 from shellwardd.errors import ConfigError
+from shellwardd.tomlfile import TomlFile, read_text
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -98,6 +103,9 @@ class Config:
     tools_config: Path | None = None
     # Operator-trusted program directories, first on the sandbox's PATH and read-only in it.
     toolchains: tuple[Path, ...] = ()
+    # Off: only --toolchain directories join the sandbox's PATH (no workspace venvs,
+    # node_modules/.bin, pyenv, nvm, cargo, go or ~/.local/bin found automatically).
+    no_auto_toolchains: bool = False
     user: str = ""
     retention_seconds: float = 7 * 24 * 3600.0
     # Most bytes of before-images kept for undo (the oldest calls' go first past it).
@@ -116,6 +124,18 @@ class Config:
     # workspace of; "" is the host name and a digest of the state directory.
     daemon_id: str = ""
     lease_seconds: float = 30.0
+    # Long RPCs (a running command, a wait, a tool call) served at once; each holds a thread.
+    max_running_calls: int = 512
+    # HOST:PORT of the Prometheus endpoint; None: no metrics (and no cost).
+    metrics: str | None = None
+    metrics_allow_remote: bool = False
+    # auto: text lines on a terminal, JSON lines otherwise.
+    log_format: str = "auto"
+    # The operator's network allow-list entries (domains, addresses, networks), its denials,
+    # and names pinned to an address (resolved by the proxy before DNS).
+    allow_domains: tuple[str, ...] = ()
+    deny_domains: tuple[str, ...] = ()
+    pinned_hosts: tuple[tuple[str, str], ...] = ()
 
     @property
     def ledger_path(self) -> Path:
@@ -278,6 +298,14 @@ _OPTIONS = (
         repeatable=True,
     ),
     _Option(
+        "--no-auto-toolchains",
+        "SHELLWARD_NO_AUTO_TOOLCHAINS",
+        "Do not add the workspace's .venv/bin, venv/bin, node_modules/.bin and your pyenv, "
+        "nvm, cargo, go and ~/.local/bin directories to the sandbox's PATH; only "
+        "--toolchain directories.",
+        switch=True,
+    ),
+    _Option(
         "--tools-config",
         "SHELLWARD_TOOLS_CONFIG",
         "TOML file of MCP servers and tool pins (see docs/mcp.md). Default: none.",
@@ -359,7 +387,62 @@ _OPTIONS = (
         "calls become uncertain for the fleet (default 30).",
         kind=float,
     ),
+    _Option(
+        "--max-running-calls",
+        "SHELLWARD_MAX_RUNNING_CALLS",
+        "Long RPCs (RunCommand, Replay, WaitCall, CallTool, CancelCall) served at once; one "
+        "more is refused with UNAVAILABLE and health says NOT_SERVING while full. Each holds a "
+        "thread waiting on its command (default 512).",
+        kind=int,
+    ),
+    _Option(
+        "--metrics",
+        "SHELLWARD_METRICS",
+        "Serve Prometheus metrics over HTTP on HOST:PORT (e.g. 127.0.0.1:9464). Off by default; "
+        "a non-loopback host needs --metrics-allow-remote.",
+    ),
+    _Option(
+        "--metrics-allow-remote",
+        "SHELLWARD_METRICS_ALLOW_REMOTE",
+        "Let --metrics listen on a non-loopback address (the endpoint has no authentication).",
+        switch=True,
+    ),
+    _Option(
+        "--allow-domain",
+        "SHELLWARD_ALLOW_DOMAIN",
+        "A destination every call granted network may reach through the daemon's proxy: a "
+        "domain (example.com, or *.example.com for its subdomains), an address or a network "
+        "(10.0.0.0/8). Loopback, link-local and private addresses are reachable only when "
+        "named here. Repeatable (the variable takes a ':'-separated list; see docs/network.md).",
+        repeatable=True,
+    ),
+    _Option(
+        "--deny-domain",
+        "SHELLWARD_DENY_DOMAIN",
+        "A destination no call may reach, even one a rule names (same forms as "
+        "--allow-domain); repeatable.",
+        repeatable=True,
+    ),
+    _Option(
+        "--resolve",
+        "SHELLWARD_RESOLVE",
+        "NAME=ADDRESS: the proxy resolves NAME to ADDRESS instead of asking DNS (the address "
+        "is checked like any other); repeatable.",
+        repeatable=True,
+    ),
+    _Option(
+        "--network-config",
+        "SHELLWARD_NETWORK_CONFIG",
+        "TOML file with the network allow-list: allow_domains = [...], deny_domains = [...], "
+        "resolve = {NAME = ADDRESS}; added to the flags (docs/network.md).",
+    ),
     _Option("--log-level", "SHELLWARD_LOG_LEVEL", "debug, info, warning or error (default info)."),
+    _Option(
+        "--log-format",
+        "SHELLWARD_LOG_FORMAT",
+        "auto, text or json: the format of the log on stderr (auto: text on a terminal, JSON "
+        "lines otherwise; the log file in the state directory is always JSON lines).",
+    ),
 )
 
 
@@ -369,6 +452,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="The shellward daemon: runs agents' shell commands in a bubblewrap sandbox "
         "and records every call in a durable ledger. Each flag has a SHELLWARD_* twin.",
     )
+    parser.add_argument("--version", action="version", version=f"shellwardd {package_version()}")
     for option in _OPTIONS:
         help_text = f"{option.help} [env: {option.env}]"
         dest = option.flag.lstrip("-").replace("-", "_")
@@ -480,9 +564,7 @@ def _validate(values: dict[str, object]) -> Config:
         if not host or not port.isdigit():
             raise ConfigError(f"--tcp {tcp!r} is not HOST:PORT (e.g. 127.0.0.1:7433)")
 
-    log_level = str(values.get("log_level") or "info").lower()
-    if log_level not in ("debug", "info", "warning", "error"):
-        raise ConfigError(f"--log-level {log_level!r}: use debug, info, warning or error")
+    log_level = _choice(values, "log_level", ("info", "debug", "warning", "error"))
 
     default_timeout = _positive(values, "default_timeout", 600.0)
     max_timeout = _positive(values, "max_timeout", 24 * 3600.0)
@@ -521,6 +603,7 @@ def _validate(values: dict[str, object]) -> Config:
         ignore_globs=tuple(_strings(values.get("ignore"))),
         tools_config=_existing_file(values.get("tools_config"), "--tools-config"),
         toolchains=tuple(_toolchain(raw) for raw in _strings(values.get("toolchain"))),
+        no_auto_toolchains=bool(values.get("no_auto_toolchains")),
         user=str(values.get("user") or getpass.getuser()),
         retention_seconds=_positive(values, "retention", 7 * 24 * 3600.0),
         undo_max_bytes=int(_positive(values, "undo_max_bytes", float(GIB))),
@@ -532,7 +615,104 @@ def _validate(values: dict[str, object]) -> Config:
         ledger=str(values.get("ledger") or ""),  # its scheme is checked when it opens
         daemon_id=str(values.get("daemon_id") or ""),
         lease_seconds=_positive(values, "lease_seconds", 30.0),
+        max_running_calls=int(_positive(values, "max_running_calls", 512)),
+        metrics=_metrics_address(values),
+        metrics_allow_remote=bool(values.get("metrics_allow_remote")),
+        log_format=_choice(values, "log_format", ("auto", "text", "json")),
+        **_network(values),
     )
+
+
+def _choice(values: dict[str, object], key: str, choices: tuple[str, ...]) -> str:
+    value = str(values.get(key) or choices[0]).lower()
+    if value not in choices:
+        raise ConfigError(
+            f"--{key.replace('_', '-')} {value!r}: use {', '.join(choices[:-1])} or {choices[-1]}"
+        )
+    return value
+
+
+def _metrics_address(values: dict[str, object]) -> str | None:
+    """The metrics endpoint's HOST:PORT; a non-loopback host only when allowed: the endpoint
+    has no authentication, and its numbers tell an observer how busy the daemon is."""
+    raw = values.get("metrics")
+    if not raw:
+        return None
+    host, _, port = str(raw).rpartition(":")
+    host = host.strip("[]")
+    if not host or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"--metrics {raw!r} is not HOST:PORT (e.g. 127.0.0.1:9464)")
+    if not values.get("metrics_allow_remote") and not _is_loopback(host):
+        raise ConfigError(
+            f"--metrics {raw!r} listens beyond this host and the endpoint has no "
+            "authentication; use 127.0.0.1:PORT, or add --metrics-allow-remote if a firewall "
+            "or a scraper on a private network guards it"
+        )
+    return str(raw)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name that might resolve anywhere
+
+
+def _network(values: dict[str, object]) -> dict[str, tuple[Any, ...]]:
+    """The allow-list entries of the flags and of the --network-config file, together."""
+    allow, deny = _strings(values.get("allow_domain")), _strings(values.get("deny_domain"))
+    resolve = _strings(values.get("resolve"))
+    path = _existing_file(values.get("network_config"), "--network-config")
+    if path is not None:
+        text = read_text(path, _file_error, "network config")
+        document = TomlFile(str(path), text, _file_error)
+        document.check_top_level(
+            _NETWORK_KEYS, "use allow_domains, deny_domains and resolve (docs/network.md)"
+        )
+        for key, into in (("allow_domains", allow), ("deny_domains", deny)):
+            entries = document.data.get(key, [])
+            if not isinstance(entries, list) or not all(isinstance(e, str) for e in entries):
+                document.fail(document.top_key_line(key), f"`{key}` must be a list of strings")
+            into.extend(entries)
+        pins = document.data.get("resolve", {})
+        if not isinstance(pins, dict) or not all(isinstance(v, str) for v in pins.values()):
+            document.fail(document.top_key_line("resolve"), "`resolve` maps names to addresses")
+        resolve.extend(f"{name}={address}" for name, address in pins.items())
+    return {
+        "allow_domains": _destinations(allow, "allow-domain"),
+        "deny_domains": _destinations(deny, "deny-domain"),
+        "pinned_hosts": tuple(_pinned(raw) for raw in resolve),
+    }
+
+
+_NETWORK_KEYS = ("allow_domains", "deny_domains", "resolve")
+
+
+def _file_error(path: str, line: int, message: str) -> ConfigError:
+    return ConfigError(f"{path}:{line}: {message}")
+
+
+def _destinations(entries: list[str], flag: str) -> tuple[str, ...]:
+    found = []
+    for raw in entries:
+        try:
+            found.append(check_entry(raw))
+        except ValueError as exc:
+            raise ConfigError(f"--{flag}: {exc}") from None
+    return tuple(dict.fromkeys(found))
+
+
+def _pinned(raw: str) -> tuple[str, str]:
+    name, _, address = raw.partition("=")
+    if as_network(address) is None or "/" in address or as_network(name) is not None:
+        raise ConfigError(f"--resolve {raw!r} is not NAME=ADDRESS (e.g. api.test=192.0.2.7)")
+    try:
+        check_entry(name)
+    except ValueError as exc:
+        raise ConfigError(f"--resolve {raw!r}: {exc}") from None
+    return normal_host(name), normal_host(address)
 
 
 def _hidden(values: dict[str, object]) -> tuple[str, ...]:

@@ -7,9 +7,11 @@ Choices, and why
   marks; a store supplies the connection, the transaction, the translation of its errors, the
   column types (:class:`Dialect`) and where the schema version lives. Both stores therefore
   answer the same contract (tests/daemon/test_ledger_contract.py runs it on both).
-- **Every state change is its own committed transaction** (SQLite: WAL,
-  ``synchronous=FULL``), so ``planned`` and ``started`` are durable before the effect begins,
-  and each is appended to ``transitions``, the call's history.
+- **Every state change is committed** (SQLite: WAL, ``synchronous=FULL``: each commit
+  fsyncs the WAL), so ``planned`` and ``started`` are durable before the effect begins, and
+  each is appended to ``transitions``, the call's history. A call with nothing to wait for
+  writes both in one transaction (:meth:`~LedgerStore.record_started`): the same rows and
+  history, one durable commit instead of two.
 - **The schema has a version, and start-up migrates it.** ``MIGRATIONS[i]`` takes version
   ``i`` to ``i + 1`` inside one transaction (on PostgreSQL under an advisory lock, so two
   daemons starting at once migrate once). A ledger newer than this daemon refuses the start:
@@ -56,6 +58,7 @@ from shellward.types import (
     FileEffect,
     Idempotency,
     LedgerEntry,
+    NetworkEffect,
     ReplayPolicy,
     Transition,
     Verdict,
@@ -63,7 +66,7 @@ from shellward.types import (
 from shellwardd.errors import ConfigError, LedgerBusy, LedgerError
 from shellwardd.statedir import private_file
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # How long a write waits for another process's lock before the call is answered UNAVAILABLE.
 BUSY_TIMEOUT_S = 5.0
 _SQLITE_BUSY_CODES = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED (primary codes)
@@ -168,11 +171,16 @@ def migrations(d: Dialect) -> tuple[tuple[str, ...], ...]:
 )""",
     )
     v3 = (
+        # What a call asked the network proxy for, and whether that surprised its verdict.
+        "ALTER TABLE calls ADD COLUMN network_effects TEXT NOT NULL DEFAULT '[]'",
+        "ALTER TABLE calls ADD COLUMN unexpected_network INTEGER NOT NULL DEFAULT 0",
+    )
+    v4 = (
         # A staged call's commit journal: where its staged writes are and the final status
         # it reaches once they are applied (JSON), while it is committing or committed.
         "ALTER TABLE calls ADD COLUMN commit_journal TEXT NOT NULL DEFAULT ''",
     )
-    return (v1, v2, v3)
+    return (v1, v2, v3, v4)
 
 
 # Columns written when a call reaches a final state.
@@ -181,7 +189,7 @@ _FINAL_COLUMNS = (
     "stdout", "stdout_total", "stdout_truncated", "stdout_sha256",
     "stderr", "stderr_total", "stderr_truncated", "stderr_sha256",
     "unexpected_writes", "effects_from_rescan", "effects_recorded", "note", "idempotency",
-    "replay_policy", "output_json",
+    "replay_policy", "output_json", "network_effects", "unexpected_network",
 )  # fmt: skip
 
 _INTERRUPTED_RUNNING = (
@@ -214,11 +222,15 @@ class LedgerStore(Protocol):
 
     def mark_started(self, call_id: str, started_at: float) -> None: ...
 
+    def record_started(self, entry: LedgerEntry, started_at: float) -> None: ...
+
     def finish(self, entry: LedgerEntry, detail: str = "") -> None: ...
 
     def transition(self, call_id: str, old: CallStatus, new: CallStatus, detail: str) -> bool: ...
 
     def begin_commit(self, entry: LedgerEntry, journal: str, detail: str = "") -> None: ...
+
+    def annotate_pending(self, call_id: str, content: str, detail: str) -> bool: ...
 
     def commits(self) -> builtins.list[tuple[LedgerEntry, str]]: ...
 
@@ -317,38 +329,50 @@ class SqlLedger:
 
     def record(self, entry: LedgerEntry, detail: str = "") -> None:
         """Insert a new call in whatever state it starts in (planned, or failed before start)."""
-        row = {**_entry_to_row(entry), "daemon_id": self.daemon_id}
-        columns = ", ".join(row)
-        marks = ", ".join("?" for _ in row)
         with self._transaction() as db:
-            if entry.idempotency_key:
-                self._take_key(db, entry)
-            db.execute(f"INSERT INTO calls ({columns}) VALUES ({marks})", tuple(row.values()))
-            db.execute(
-                "INSERT INTO transitions (call_id, at, status, detail) VALUES (?, ?, ?, ?)",
-                (entry.call_id, entry.created_at, entry.status.value, detail),
-            )
+            self._insert(db, entry, detail)
 
     def mark_started(self, call_id: str, started_at: float) -> None:
         """Durably record that the side effect may begin. Call before spawning."""
         with self._transaction() as db:
-            updated = db.execute(
-                "UPDATE calls SET status = ?, started_at = ?"
-                " WHERE call_id = ? AND status IN (?, ?)",
-                (
-                    CallStatus.STARTED.value,
-                    started_at,
-                    call_id,
-                    CallStatus.PLANNED.value,
-                    CallStatus.APPROVED.value,
-                ),
-            ).rowcount
-            if updated != 1:
-                raise LedgerError(f"call {call_id} cannot start: it is not planned or approved")
-            db.execute(
-                "INSERT INTO transitions (call_id, at, status, detail) VALUES (?, ?, ?, '')",
-                (call_id, started_at, CallStatus.STARTED.value),
-            )
+            self._start(db, call_id, started_at)
+
+    def record_started(self, entry: LedgerEntry, started_at: float) -> None:
+        """``record`` a planned call and ``mark_started`` it in one transaction (one durable
+        commit): for a call that waits for nothing between the two. Call before spawning."""
+        with self._transaction() as db:
+            self._insert(db, entry, "")
+            self._start(db, entry.call_id, started_at)
+
+    def _insert(self, db: Any, entry: LedgerEntry, detail: str) -> None:
+        row = {**_entry_to_row(entry), "daemon_id": self.daemon_id}
+        columns = ", ".join(row)
+        marks = ", ".join("?" for _ in row)
+        if entry.idempotency_key:
+            self._take_key(db, entry)
+        db.execute(f"INSERT INTO calls ({columns}) VALUES ({marks})", tuple(row.values()))
+        db.execute(
+            "INSERT INTO transitions (call_id, at, status, detail) VALUES (?, ?, ?, ?)",
+            (entry.call_id, entry.created_at, entry.status.value, detail),
+        )
+
+    def _start(self, db: Any, call_id: str, started_at: float) -> None:
+        updated = db.execute(
+            "UPDATE calls SET status = ?, started_at = ? WHERE call_id = ? AND status IN (?, ?)",
+            (
+                CallStatus.STARTED.value,
+                started_at,
+                call_id,
+                CallStatus.PLANNED.value,
+                CallStatus.APPROVED.value,
+            ),
+        ).rowcount
+        if updated != 1:
+            raise LedgerError(f"call {call_id} cannot start: it is not planned or approved")
+        db.execute(
+            "INSERT INTO transitions (call_id, at, status, detail) VALUES (?, ?, ?, '')",
+            (call_id, started_at, CallStatus.STARTED.value),
+        )
 
     def finish(self, entry: LedgerEntry, detail: str = "") -> None:
         """Write a call's final state and outcome (status must be final)."""
@@ -385,6 +409,21 @@ class SqlLedger:
                 "INSERT INTO transitions (call_id, at, status, detail) VALUES (?, ?, ?, ?)",
                 (entry.call_id, time.time(), CallStatus.COMMITTING.value, detail),
             )
+
+    def annotate_pending(self, call_id: str, content: str, detail: str) -> bool:
+        """Replace the sentence of a call still waiting for approval (its preview); False
+        when it no longer waits."""
+        with self._transaction() as db:
+            updated = db.execute(
+                "UPDATE calls SET content = ? WHERE call_id = ? AND status = ?",
+                (content, call_id, CallStatus.PENDING_APPROVAL.value),
+            ).rowcount
+            if updated == 1:
+                db.execute(
+                    "INSERT INTO transitions (call_id, at, status, detail) VALUES (?, ?, ?, ?)",
+                    (call_id, time.time(), CallStatus.PENDING_APPROVAL.value, detail),
+                )
+        return updated == 1
 
     def commits(self) -> builtins.list[tuple[LedgerEntry, str]]:
         """This daemon's calls left committing or committed (by a crash), with journals."""
@@ -723,6 +762,8 @@ def _entry_to_row(entry: LedgerEntry) -> dict[str, Any]:
         "verdict": json.dumps(_verdict_to_json(entry.verdict)) if entry.verdict else None,
         "file_effects": json.dumps([_effect_to_json(e) for e in entry.file_effects]),
         "network_granted": int(entry.network_granted),
+        "network_effects": json.dumps([dataclasses.asdict(e) for e in entry.network_effects]),
+        "unexpected_network": int(entry.unexpected_network),
         "exit_code": entry.exit_code,
         "code": entry.code.value,
         "content": entry.content,
@@ -764,6 +805,8 @@ def _entry_from_row(row: Any) -> LedgerEntry:
         verdict=_verdict_from_json(json.loads(row["verdict"])) if row["verdict"] else None,
         file_effects=tuple(_effect_from_json(e) for e in json.loads(row["file_effects"])),
         network_granted=bool(row["network_granted"]),
+        network_effects=tuple(NetworkEffect(**e) for e in json.loads(row["network_effects"])),
+        unexpected_network=bool(row["unexpected_network"]),
         exit_code=row["exit_code"],
         code=Code(row["code"]),
         content=row["content"],
@@ -809,6 +852,7 @@ def _verdict_to_json(verdict: Verdict) -> dict[str, Any]:
         "needs_network": verdict.needs_network,
         "needs_approval": verdict.needs_approval,
         "deciding_part": verdict.deciding_part,
+        "destinations": list(verdict.destinations),
         "parts": [
             {
                 **dataclasses.asdict(part),
@@ -831,12 +875,14 @@ def _verdict_from_json(data: dict[str, Any]) -> Verdict:
         needs_network=data["needs_network"],
         needs_approval=data["needs_approval"],
         deciding_part=data["deciding_part"],
+        destinations=tuple(data.get("destinations", ())),
         parts=tuple(
             CommandPart(
                 **{
                     **part,
                     "argv": tuple(part["argv"]),
                     "span": tuple(part["span"]),
+                    "destinations": tuple(part.get("destinations", ())),
                     "idempotency": Idempotency(part["idempotency"]),
                     "replay_policy": ReplayPolicy(part["replay_policy"]),
                     "arguments": tuple(

@@ -10,7 +10,7 @@ Choices, and why
   directory), so that nothing else is touched by a second daemon; then logging into it, the
   sandbox check, the rules, the ledger and its crash recovery, the workspaces' write
   detectors, the business tools, and last the socket, so that no request arrives before
-  everything it needs is there.
+  everything it needs is there; the metrics endpoint after it.
 - **Signal handlers only set flags**; the main loop acts on them. A first SIGTERM/SIGINT
   starts a graceful shutdown; a second one skips the grace period; SIGHUP reloads the rule
   files (a broken file keeps the last good rules).
@@ -28,14 +28,15 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from types import FrameType
 
-from shellwardd import logs, statedir
+from shellward._version import package_version
+from shellwardd import logs, metrics, statedir
 from shellwardd.classifier import LiveRules, load_rules
-from shellwardd.classifier.toolchains import toolchains_for
+from shellwardd.classifier.toolchains import build_toolchains
 from shellwardd.config import Config, load_config
+from shellwardd.egress.proxy import system_resolver
 from shellwardd.errors import (
     ConfigError,
     LedgerError,
@@ -73,13 +74,6 @@ log = logging.getLogger("shellwardd")
 
 # How often the main loop bounds the undo store (it also does at start-up).
 UNDO_COLLECT_SECONDS = 3600.0
-
-
-def daemon_version() -> str:
-    try:
-        return version("shellward")
-    except PackageNotFoundError:
-        return "0+unknown"
 
 
 class _Signals:
@@ -128,7 +122,7 @@ class Daemon:
         statedir.prepare_state_dir(config.state_dir)
         resources.callback(statedir.StateDirLock(config.state_dir).close)
         try:
-            logs.configure(config.log_level, config.log_path)
+            logs.configure(config.log_level, config.log_path, config.log_format)
         except OSError as exc:
             raise StateError(f"cannot write the log {config.log_path}: {exc.strerror}") from exc
 
@@ -140,6 +134,7 @@ class Daemon:
             git_writable=config.git_writable,
             sandbox_uid=config.sandbox_uid,
             state_dir=config.state_dir,
+            resolver=system_resolver(dict(config.pinned_hosts)),
         )
         self.sandbox.check()
         resources.callback(self.sandbox.close)
@@ -149,14 +144,22 @@ class Daemon:
                 "with network and full file access"
             )
 
-        # 3. The rules; a broken file refuses the start.
+        # 3. The toolchains on the sandbox's PATH (an operator's venv pinned as it is now),
+        #    and the rules; a broken file refuses the start.
+        self.toolchains = build_toolchains(
+            config.toolchains,
+            config.workspaces,
+            auto=not config.no_auto_toolchains,
+            home=Path.home(),
+            reaches=self.sandbox.reaches,
+        )
         self.rules = LiveRules(
             lambda: load_rules(
                 user_file=config.user_rules,
                 repo_roots=config.workspaces,
                 trusted_repos=config.trusted_repos,
             ),
-            toolchains_for(config.toolchains, config.workspaces),
+            self.toolchains,
         )
 
         # 4. The ledger (its schema migrated), what this daemon left running before it
@@ -186,6 +189,7 @@ class Daemon:
             if finished:
                 log.warning("commits cut short by a previous daemon are finished",
                             extra={"call_ids": finished})  # fmt: skip
+            self.stager.forget_uncommitted(recovered)
 
         # 5. Index every workspace in the background; the first call in one waits for it.
         self.monitors: dict[Path, WorkspaceMonitor] = {}
@@ -212,11 +216,12 @@ class Daemon:
             self.sandbox,
             self.monitors,
             self.registry,
-            self.stager,
+            stager=self.stager,
+            toolchains=self.toolchains,
         )
         self._collect_undo_images()
         info = DaemonInfo(
-            version=daemon_version(),
+            version=package_version(),
             config=config,
             sandbox_enabled=self.sandbox.enabled,
             sandbox_detail=self.sandbox.detail,
@@ -231,12 +236,25 @@ class Daemon:
         except RuntimeError as exc:  # grpc cannot bind
             raise ConfigError(f"cannot listen on {config.socket}: {exc}") from exc
         resources.callback(self.listeners.remove_socket)
+        if config.tcp and self.listeners.tcp_port:
+            # No call reaches the daemon's own TCP port through the proxy, whatever is allowed.
+            self.sandbox.guard_port(config.tcp.rpartition(":")[0], self.listeners.tcp_port)
+
+        # 8. Metrics, when asked for: their port is checked like the socket's.
+        if config.metrics:
+            runtime = self.runtime
+            endpoint = metrics.serve(
+                config.metrics, lambda: len(runtime.list_approvals()), runtime.workspace_status
+            )
+            resources.callback(metrics.stop, endpoint)
 
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(signum, self.signals.handle)
         where = f"unix:{config.socket}"
         if config.tcp:
             where += f" and tcp:{config.tcp.rpartition(':')[0]}:{self.listeners.tcp_port}"
+        if config.metrics:
+            where += f", metrics on http://{config.metrics}/metrics"
         print(f"shellwardd {info.version} listening on {where}", flush=True)
         log.info("serving", extra={"socket": str(config.socket),
                                    "state_dir": str(config.state_dir),
@@ -256,8 +274,11 @@ class Daemon:
                 self.runtime.expire_approvals()
                 self.runtime.run_approved()
             except LedgerError as exc:
+                self.listeners.ledger_answers(False)
                 log.warning("the ledger did not answer the main loop; trying again",
                             extra={"problem": exc.message})  # fmt: skip
+            else:
+                self.listeners.ledger_answers(True)
 
     def _collect_undo_images(self) -> None:
         """Bound the undo store (never fatal: a store that cannot be collected only grows)."""

@@ -17,10 +17,12 @@ from shellward.types import (
     CommandResult,
     Idempotency,
     LedgerEntry,
+    NetworkEffect,
     ReplayPolicy,
 )
+from shellwardd.egress.policy import allowed
 from shellwardd.errors import ShellwardError
-from shellwardd.replay import TRANSIENT_CODES, Action, Decision
+from shellwardd.replay import READS, TRANSIENT_CODES, Action, Decision
 from shellwardd.watch import CallEffects
 from shellwardd.watch.hashing import bytes_hash
 
@@ -55,6 +57,55 @@ def reconcile(entry: LedgerEntry, observed: CallEffects) -> LedgerEntry:
         note="; ".join(filter(None, [entry.note, *notes])),
         **changes,  # type: ignore[arg-type]
     )
+
+
+def reconcile_network(entry: LedgerEntry, effects: tuple[NetworkEffect, ...]) -> LedgerEntry:
+    """Put the proxy's record on the entry. A call classified idempotent that sent a
+    request other than GET/HEAD, or reached a destination its verdict does not name, is
+    downgraded like one that wrote files (``unexpected_network``)."""
+    if not effects:
+        return entry
+    content, notes = entry.content, []
+    refused = [e for e in effects if e.refused]
+    if refused:
+        content += f" The network proxy refused {len(refused)} connection(s): " + "; ".join(
+            dict.fromkeys(e.refused for e in refused[:3])
+        ) + " (docs/network.md says how the operator allows a destination)."  # fmt: skip
+    named = entry.verdict.destinations if entry.verdict else ()
+    surprising = [
+        e
+        for e in effects
+        if not e.refused and (e.method not in READS | {"CONNECT"} or not allowed(e.host, named))
+    ]
+    changes: dict[str, object] = {}
+    if surprising and entry.idempotency is Idempotency.IDEMPOTENT:
+        shown = ", ".join(dict.fromkeys(_shown(e) for e in surprising[:5]))
+        notes.append(
+            f"classified idempotent but its network traffic was more than reads from its "
+            f"rules' destinations ({shown}); replay now needs a check (at least ask)"
+        )
+        content += (
+            f" It was expected to only read, but it sent {shown} over the network, so "
+            "replaying it now needs a check."
+        )
+        changes = {
+            "unexpected_network": True,
+            "idempotency": Idempotency.CONDITIONAL,
+            "replay_policy": max(entry.replay_policy, ReplayPolicy.ASK),
+        }
+    return replace(
+        entry,
+        content=content,
+        network_effects=effects,
+        note="; ".join(filter(None, [entry.note, *notes])),
+        **changes,  # type: ignore[arg-type]
+    )
+
+
+def _shown(effect: NetworkEffect) -> str:
+    if effect.method == "CONNECT":
+        return f"a connection to {effect.host}:{effect.port}"
+    return f"{effect.method} http://{effect.host}:{effect.port}{effect.path}"
 
 
 def retryable(entry: LedgerEntry) -> bool:
@@ -92,6 +143,7 @@ def result_from_entry(entry: LedgerEntry, *, replayed: bool = False) -> CommandR
         finished_at=entry.finished_at,
         output_json=entry.output_json,
         idempotency_key=entry.idempotency_key,
+        network_effects=entry.network_effects,
     )
 
 
@@ -135,17 +187,27 @@ def already_applied(previous: LedgerEntry) -> CommandResult:
 
 
 def conflict_content(
-    call_id: str, previous: LedgerEntry, conflicts: tuple[str, ...], remedy: str = ""
+    call_id: str,
+    previous: LedgerEntry,
+    conflicts: tuple[str, ...],
+    unknown: str = "",
+    remedy: str = "",
 ) -> str:
-    """``remedy``: how to revert ``previous`` instead (its compensation), when there is one."""
+    """Why a new attempt waits for a human: files changed since (``conflicts``), or effects
+    that cannot be checked (``unknown``, why), which is not a change by anyone. ``remedy``:
+    how to revert ``previous`` instead (its compensation), when there is one."""
     shown = ", ".join(conflicts[:5]) + (
         f" and {len(conflicts) - 5} more" if len(conflicts) > 5 else ""
     )
+    why = (
+        f"{unknown}, so whether its changes are in place cannot be checked"
+        if unknown
+        else f"files it changed were changed by someone else since ({shown})"
+    )
     return (
-        f"Running call {previous.call_id} again is not safe without a look: files it changed "
-        f"were changed by someone else since ({shown}). Nothing ran. A human must approve the "
-        f"new attempt, call {call_id} (shellward approve {call_id}); wait for it with WaitCall."
-        + (f" {remedy}" if remedy else "")
+        f"Running call {previous.call_id} again is not safe without a look: {why}. Nothing "
+        f"ran. A human must approve the new attempt, call {call_id} (shellward approve "
+        f"{call_id}); wait for it with WaitCall." + (f" {remedy}" if remedy else "")
     )
 
 
@@ -190,6 +252,15 @@ def unstageable(entry: LedgerEntry, problem: str) -> str:
     return (
         f"The daemon could not prepare the overlay this call writes into ({problem}); nothing "
         "ran. This is a problem of the daemon's set-up; tell the user."
+    )
+
+
+def previewed(content: str, diff: str) -> str:
+    """The pending sentence of a call whose preview ran (its writes staged)."""
+    changes = f"Its file changes:\n{diff}" if diff else "It changed no files."
+    return (
+        f"{content} A preview ran with its writes staged (nothing applied): approving commits "
+        f"exactly this result without running it again; denying discards it. {changes}"
     )
 
 

@@ -11,7 +11,9 @@ failed before start / denied   the same answer again; nothing runs (busy: run)
 
 "Check" compares the call's recorded file effects with the workspace now
 (:func:`check_effects`): all at their after-hash → ALREADY_APPLIED (nothing runs); all at
-their before-hash → run again; anything else → CONFLICT, and a human must approve.
+their before-hash → run again; anything else → CONFLICT, and a human must approve. A call
+whose network effects include more than plain GET/HEAD requests (an HTTPS tunnel's content
+is not visible) is always CONFLICT: what it sent cannot be compared with the workspace.
 
 :func:`decide` is the table; :func:`resolve` settles its "check" against the workspace; a
 new request (the runtime) and ``shellward recover`` (:func:`recovery_item`) both read the
@@ -28,6 +30,8 @@ from pathlib import Path
 
 from shellward.types import CallStatus, Code, EffectKind, LedgerEntry, RecoveryItem, ReplayPolicy
 
+# Network requests that only read (plain HTTP, where the method is visible).
+READS = frozenset({"GET", "HEAD"})
 # Codes of calls that ended before they started for a passing reason (the daemon was busy
 # or shutting down): a retry of the same step runs, where any other early end repeats.
 TRANSIENT_CODES = frozenset({Code.UNAVAILABLE, Code.INTERRUPTED})
@@ -50,9 +54,10 @@ class Decision:
     content: str = ""
     retryable: bool = False
     # Set by resolve(): the recorded effects were compared with the workspace, and what
-    # that found (the files in conflict, for ASK).
+    # that found (the files in conflict, for ASK; or why they could not be compared).
     checked: bool = False
     conflicts: tuple[str, ...] = ()
+    unknown: str = ""
 
 
 def _step(entry: LedgerEntry) -> str:
@@ -188,8 +193,19 @@ class EffectsState(enum.Enum):
 @dataclass(frozen=True)
 class EffectsCheck:
     state: EffectsState
-    # Files neither at their before- nor at their after-hash (or why none can be checked).
+    # Files neither at their before- nor at their after-hash.
     conflicts: tuple[str, ...] = ()
+    # Why the effects cannot be compared at all ("" when they were): nobody is known to
+    # have changed anything, and the wording must not say so.
+    unknown: str = ""
+
+
+# Why a call's effects cannot be checked, as a clause of a sentence.
+NEVER_OBSERVED = (
+    "which files it changed was never recorded (the daemon stopped, or the call was cut "
+    "short, before its effects were observed)"
+)
+OUTSIDE_WORKSPACE = "it ran outside the workspace, where its effects are not watched"
 
 
 def check_effects(
@@ -197,9 +213,16 @@ def check_effects(
 ) -> EffectsCheck:
     """Compare ``previous``'s recorded file effects with the workspace now."""
     if not previous.workspace:
-        return EffectsCheck(EffectsState.CONFLICT, ("(its effects are outside the workspace)",))
+        return EffectsCheck(EffectsState.CONFLICT, unknown=OUTSIDE_WORKSPACE)
     if not previous.effects_recorded:
-        return EffectsCheck(EffectsState.CONFLICT, ("(its file effects were never observed)",))
+        return EffectsCheck(EffectsState.CONFLICT, unknown=NEVER_OBSERVED)
+    sent = [e for e in previous.network_effects if not e.refused and e.method not in READS]
+    if sent:
+        # What it sent elsewhere cannot be compared with the workspace.
+        shown = ", ".join(f"{e.method} {e.host}:{e.port}{e.path}" for e in sent[:5])
+        return EffectsCheck(
+            EffectsState.CONFLICT, unknown=f"it sent requests the workspace cannot show ({shown})"
+        )
     if not previous.file_effects:
         return EffectsCheck(EffectsState.AT_BEFORE)
     at_after = at_before = True
@@ -250,7 +273,10 @@ def resolve(
         return elsewhere(previous, here)
     check = check_effects(previous, Path(previous.workspace), hash_of)
     if check.state is EffectsState.CONFLICT:
-        return Decision(Action.ASK, Code.CONFLICT, checked=True, conflicts=check.conflicts)
+        return Decision(
+            Action.ASK, Code.CONFLICT, checked=True, conflicts=check.conflicts,
+            unknown=check.unknown,
+        )  # fmt: skip
     if check.state is EffectsState.ALREADY_APPLIED and previous.status is CallStatus.FAILED:
         why = "it failed, and its files are as it left them: Replay runs it again"
         return Decision(Action.RUN, content=why, checked=True)
@@ -283,6 +309,8 @@ def recovery_item(
     if decision.action is Action.REFUSE:
         return RecoveryItem(entry, "refuse", decision.content)
     if decision.action is Action.ASK:
+        if decision.unknown:
+            return RecoveryItem(entry, "ask", f"not checkable: {decision.unknown}: ask a human")
         shown = ", ".join(decision.conflicts)
         return RecoveryItem(entry, "ask", f"changed since by someone else: {shown}: ask a human")
     if decision.action is Action.ALREADY_APPLIED:

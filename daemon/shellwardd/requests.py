@@ -7,6 +7,7 @@ after a restart, runs exactly what was asked.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 import os
@@ -21,6 +22,8 @@ from shellwardd.watch.hashing import bytes_hash
 
 TOOL_RUN_COMMAND = "run_command"
 MAX_ENV_ENTRIES = 256
+# A command's stdin travels in the request and is kept in the ledger: small input only.
+MAX_STDIN_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,8 @@ class CommandRequest:
     network: bool = False
     rerun: bool = False
     limits: Limits | None = None
+    # What the command reads on stdin (b"": /dev/null).
+    stdin: bytes = b""
 
     @property
     def identity(self) -> tuple[str, str] | None:
@@ -50,6 +55,14 @@ def check_command(command: str) -> None:
         raise InvalidArgument(
             f"the command is {size} bytes, over the limit of {MAX_COMMAND_BYTES}; write long "
             "scripts to a file in the workspace and run that file instead"
+        )
+
+
+def check_stdin(stdin: bytes) -> None:
+    if len(stdin) > MAX_STDIN_BYTES:
+        raise InvalidArgument(
+            f"stdin is {len(stdin)} bytes, over the limit of {MAX_STDIN_BYTES}; write the input "
+            "to a file in the workspace and have the command read that file"
         )
 
 
@@ -127,6 +140,8 @@ def input_hash(request: CommandRequest) -> str:
             "cwd": request.cwd,
             "env": sorted(request.env.items()),
             "network": request.network,
+            # Only when given, so that calls without input keep the hashes they always had.
+            **({"stdin": bytes_hash(request.stdin)} if request.stdin else {}),
         },
         ensure_ascii=False,
         separators=(",", ":"),
@@ -138,13 +153,15 @@ def to_json(request: CommandRequest) -> str:
     data = dataclasses.asdict(request)
     data["env"] = dict(request.env)
     del data["rerun"]  # a property of one delivery, not of the input
+    data["stdin"] = base64.b64encode(request.stdin).decode("ascii")
     return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
 
 
 def from_json(text: str) -> CommandRequest:
     data = json.loads(text)
     limits = data.pop("limits", None)
-    return CommandRequest(**data, limits=Limits(**limits) if limits else None)
+    stdin = base64.b64decode(data.pop("stdin", ""))  # absent in calls recorded before stdin
+    return CommandRequest(**data, limits=Limits(**limits) if limits else None, stdin=stdin)
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from shellward.types import (
     Verdict,
     WorkspaceStatus,
 )
-from shellwardd import compensate, outcomes, requests
+from shellwardd import compensate, metrics, outcomes, requests
 from shellwardd.builtin_tools import BUILTIN_TOOLS
 from shellwardd.calls import (
     CallListener,
@@ -46,6 +46,7 @@ from shellwardd.calls import (
     undo,
 )
 from shellwardd.calls.command import Classify
+from shellwardd.classifier.toolchains import NO_TOOLCHAINS, Toolchains
 from shellwardd.config import Config
 from shellwardd.errors import (
     InvalidArgument,
@@ -67,6 +68,7 @@ from shellwardd.replay import (
 )
 from shellwardd.requests import TOOL_RUN_COMMAND, CommandRequest, ToolRequest
 from shellwardd.sandbox import Sandbox
+from shellwardd.sandbox.profile import sandbox_path
 from shellwardd.staging.stager import Stager
 from shellwardd.tools.registry import ToolRegistry
 from shellwardd.undo import Collected, KeptCall, collect, images_needed
@@ -91,15 +93,21 @@ class Runtime:
         sandbox: Sandbox,
         monitors: Mapping[Path, WorkspaceMonitor],
         registry: ToolRegistry | None = None,
+        *,
         stager: Stager | None = None,
+        toolchains: Toolchains = NO_TOOLCHAINS,
     ) -> None:
         self._config = config
+        self._toolchains = toolchains
+        self._sandbox = sandbox
         self._registry = registry
         self._ledger = ledger
         self._monitors = monitors
         self._tracker = Tracker()
         self._lifecycle = Lifecycle(ledger, monitors, self._tracker, stager)
-        self._commands = CommandKind(config, classify, sandbox, stager.area if stager else None)
+        self._commands = CommandKind(
+            config, classify, sandbox, toolchains, stager.area if stager else None
+        )
         # The dispatch table: tool name → kind; any other name is a business tool.
         file_tools = FileToolKind(config)
         self._kinds: dict[str, Kind] = {
@@ -130,6 +138,7 @@ class Runtime:
         statuses = []
         for root, monitor in self._monitors.items():
             progress = monitor.progress()
+            toolchains = self._toolchains.for_workspace(str(root))
             statuses.append(
                 WorkspaceStatus(
                     str(root),
@@ -137,6 +146,8 @@ class Runtime:
                     progress.files_done,
                     progress.files_total,
                     progress.note,
+                    path=sandbox_path(t.path for t in toolchains),
+                    path_notes=self._toolchains.notes(str(root), self._sandbox.reaches),
                 )
             )
         return tuple(statuses)
@@ -271,7 +282,9 @@ class Runtime:
     def run_command(self, request: CommandRequest, listener: CallListener) -> CommandResult:
         """Run one command (or answer from the ledger). Never raises for bad input."""
         request = replace(request, cwd=requests.canonical_cwd(self._config, request.cwd))
-        return self._call(self._commands, request, self._commands.input_hash(request), listener)
+        result = self._call(self._commands, request, self._commands.input_hash(request), listener)
+        metrics.observe_call("command", result)
+        return result
 
     def call_tool(self, request: ToolRequest) -> CommandResult:
         """Call a built-in or business tool (or answer from the ledger). Never raises for
@@ -285,7 +298,9 @@ class Runtime:
             return refusal(refused, "", (request.run_id, request.step_id))
         kind = self._kind(request.tool)
         request = replace(request, cwd=requests.canonical_cwd(self._config, request.cwd))
-        return self._call(kind, request, kind.input_hash(request), Silent())
+        result = self._call(kind, request, kind.input_hash(request), Silent())
+        metrics.observe_call("tool", result)
+        return result
 
     def _call(
         self, kind: Kind, request: Any, input_hash: str, listener: CallListener
@@ -332,7 +347,11 @@ class Runtime:
         listener: CallListener,
     ) -> CommandResult:
         """Apply the replay table to a recorded call (its step's newest attempt)."""
-        previous = self.get_call(call_id, run_id, step_id)
+        result = self._replay(self.get_call(call_id, run_id, step_id), rerun, listener)
+        metrics.observe_call("replay", result)
+        return result
+
+    def _replay(self, previous: LedgerEntry, rerun: bool, listener: CallListener) -> CommandResult:
         if not previous.input_json:
             decision = Decision(
                 Action.REFUSE, previous.code,
@@ -399,10 +418,10 @@ class Runtime:
             return already_applied(previous)
         approval = None
         if decision.action is Action.ASK:
-            content = conflict_content(
-                call_id, previous, decision.conflicts, self._remedy(previous)
+            why = conflict_content(
+                call_id, previous, decision.conflicts, decision.unknown, self._remedy(previous)
             )
-            approval = (Code.CONFLICT, content)
+            approval = (Code.CONFLICT, why)
         return self._lifecycle.attempt(kind, call_id, input_hash, request, listener, approval)
 
     # --- undo ----------------------------------------------------------------------
@@ -529,6 +548,7 @@ class Runtime:
             )
             if not self._ledger.deny_pending(call_id, content, f"denied{why}"):
                 raise _answered_already(call_id)
+            self._lifecycle.discard_preview(call_id)
             self._tracker.notify()
             return self.get_call(call_id)
         mine = self._holds(entry)
@@ -569,7 +589,9 @@ class Runtime:
 
     def _run_approved(self, entry: LedgerEntry) -> None:
         try:
-            self._lifecycle.resume(self._kind(entry.tool_name), entry)
+            result = self._lifecycle.resume(self._kind(entry.tool_name), entry)
+            metrics.observe_call("command" if entry.tool_name == TOOL_RUN_COMMAND else "tool",
+                                 result)  # fmt: skip
         except Exception:
             log.exception("approved call failed", extra={"call_id": entry.call_id})
         finally:

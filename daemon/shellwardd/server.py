@@ -67,11 +67,11 @@ log = logging.getLogger("shellwardd.server")
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Shellward"].full_name
 # Every RPC holds a thread of the server's pool while it runs, a RunCommand for its whole
-# command. Long RPCs (LONG_METHODS) may hold at most LONG_SLOTS of them, so that at least
-# MAX_WORKERS - LONG_SLOTS threads are always left for the short ones (GetStatus, Classify,
-# ListApprovals, health): a full daemon refuses a new long call, it never stops answering.
-MAX_WORKERS = 128
-LONG_SLOTS = 112
+# command. Long RPCs (LONG_METHODS) may hold at most --max-running-calls of them; the pool
+# has SHORT_THREADS more, always left for the short ones (GetStatus, Classify, ListCalls,
+# health): a full daemon refuses a new long call, it never stops answering. A thread that
+# waits on a child costs its stack's touched pages, not CPU (docs/performance.md).
+SHORT_THREADS = 16
 LONG_METHODS = frozenset(
     {"RunCommand", "Replay", "WaitCall", "CallTool", "CancelCall", "Compensate", "Undo"}
 )
@@ -501,6 +501,7 @@ def _command_request(request: pb.RunCommandRequest) -> CommandRequest:
         network=request.network.allow,
         rerun=request.rerun,
         limits=limits,
+        stdin=request.stdin,
     )
 
 
@@ -601,12 +602,47 @@ class _RequestChecks(grpc.ServerInterceptor):
         )
 
 
+class _Health:
+    """The service's health: SERVING unless the daemon cannot take calls for one of its
+    reasons (every long-call slot taken, the ledger not answering). Draining is the health
+    servicer's own graceful shutdown, which no later ``set`` undoes."""
+
+    def __init__(self, servicer: health.HealthServicer) -> None:
+        self.servicer = servicer
+        self._lock = threading.Lock()
+        self._problems: set[str] = set()
+
+    def problem(self, name: str, present: bool) -> None:
+        with self._lock:
+            before = bool(self._problems)
+            if present:
+                self._problems.add(name)
+            else:
+                self._problems.discard(name)
+            if before != bool(self._problems):
+                self._publish()
+
+    def publish(self) -> None:
+        with self._lock:
+            self._publish()
+
+    def _publish(self) -> None:
+        status = (
+            health_pb2.HealthCheckResponse.NOT_SERVING
+            if self._problems
+            else health_pb2.HealthCheckResponse.SERVING
+        )
+        for service in ("", SERVICE_NAME):
+            self.servicer.set(service, status)
+
+
 class _LongCallSlots(grpc.ServerInterceptor):
-    """At most LONG_SLOTS long RPCs at once; one more is refused with UNAVAILABLE (retry
+    """At most ``slots`` long RPCs at once; one more is refused with UNAVAILABLE (retry
     later), and the service's health says NOT_SERVING while every slot is taken."""
 
-    def __init__(self, health_servicer: health.HealthServicer) -> None:
-        self._health = health_servicer
+    def __init__(self, health_state: _Health, slots: int) -> None:
+        self._health = health_state
+        self._slots = slots
         self._lock = threading.Lock()
         self._taken = 0
 
@@ -646,23 +682,23 @@ class _LongCallSlots(grpc.ServerInterceptor):
     def _take(self, request: Message, context: grpc.ServicerContext) -> None:
         """Take a slot until the RPC ends, or refuse the RPC."""
         with self._lock:
-            full = self._taken >= LONG_SLOTS
+            full = self._taken >= self._slots
             if not full:
                 self._taken += 1
-                if self._taken == LONG_SLOTS:
-                    self._health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.NOT_SERVING)
+                if self._taken == self._slots:
+                    self._health.problem("full", True)
         if full:
             error = Unavailable(
-                f"the daemon already serves {LONG_SLOTS} long calls, its limit; nothing ran. "
-                "Retry when one of them ends"
+                f"the daemon already serves {self._slots} long calls, its limit "
+                "(--max-running-calls); nothing ran. Retry when one of them ends"
             )
             _abort(context, request, error)
         context.add_callback(self._give_back)
 
     def _give_back(self) -> None:
         with self._lock:
-            if self._taken == LONG_SLOTS:
-                self._health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+            if self._taken == self._slots:
+                self._health.problem("full", False)
             self._taken -= 1
 
 
@@ -714,9 +750,11 @@ class Listeners:
     def __init__(self, runtime: Runtime, rules: LiveRules, info: DaemonInfo) -> None:
         config = info.config
         self._socket = config.socket
-        self._health = health.HealthServicer()
+        self._health = _Health(health.HealthServicer())
+        self._workers = config.max_running_calls + SHORT_THREADS
         servicer = ShellwardServicer(runtime, rules, info)
-        slots = _LongCallSlots(self._health)  # one budget for both listeners
+        # One budget for both listeners.
+        slots = _LongCallSlots(self._health, config.max_running_calls)
         self.servers: list[grpc.Server] = [self._make(servicer, (_RequestChecks(), slots))]
         self.tcp_port: int | None = None
         _prepare_socket(config.socket)
@@ -745,14 +783,14 @@ class Listeners:
         self, servicer: ShellwardServicer, interceptors: tuple[grpc.ServerInterceptor, ...]
     ) -> grpc.Server:
         server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=MAX_WORKERS, thread_name_prefix="rpc"),
+            futures.ThreadPoolExecutor(max_workers=self._workers, thread_name_prefix="rpc"),
             interceptors=interceptors,
             # Without SO_REUSEPORT a second daemon on a taken TCP port fails to bind, instead
             # of sharing the port and splitting requests with the first.
             options=[*_wire.channel_options(), ("grpc.so_reuseport", 0)],
         )
         pb_grpc.add_ShellwardServicer_to_server(servicer, server)
-        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        health_pb2_grpc.add_HealthServicer_to_server(self._health.servicer, server)
         names = (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME, REFLECTION_V1)
         reflection.enable_server_reflection(names, server)
         _serve_reflection_v1(reflection.ReflectionServicer(names), server)
@@ -766,12 +804,15 @@ class Listeners:
         finally:
             os.umask(previous_umask)
         os.chmod(self._socket, 0o600)
-        for name in ("", SERVICE_NAME):
-            self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        self._health.publish()
+
+    def ledger_answers(self, answers: bool) -> None:
+        """Health follows the ledger: no call can be recorded while it does not answer."""
+        self._health.problem("ledger", not answers)
 
     def stop(self, grace: float) -> list[threading.Event]:
         """Stop taking new RPCs; in-flight ones get ``grace`` seconds. Returns done events."""
-        self._health.enter_graceful_shutdown()
+        self._health.servicer.enter_graceful_shutdown()
         return [server.stop(grace) for server in self.servers]
 
     def remove_socket(self) -> None:

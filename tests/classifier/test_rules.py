@@ -311,3 +311,58 @@ def test_a_repo_rule_file_that_is_not_a_file_fails_closed(tmp_path: Path, kind: 
     problem = rules.repos[0].problem
     assert problem is not None and "not a regular file" in problem.message
     assert pair(Classifier(rules).classify("ls", cwd=str(tmp_path))) == NEVER
+
+
+# --- destinations (`hosts`) -------------------------------------------------------------
+
+
+def test_rules_name_the_destinations_a_program_needs() -> None:
+    clf = Classifier(load_rules())
+    verdict = clf.classify("npm install left-pad && python3 -m pip install requests")
+    assert verdict.needs_network
+    assert set(verdict.destinations) == {
+        "registry.npmjs.org", "registry.yarnpkg.com", "pypi.org", "files.pythonhosted.org",
+    }  # fmt: skip
+    # No network, no destinations: a read-only pip command names none.
+    assert clf.classify("pip freeze").destinations == ()
+    assert clf.classify("ls -la").destinations == ()
+
+
+def test_hosts_names_domains_only(tmp_path: Path) -> None:
+    rule = 'program = "x"\nidempotency = "idempotent"\nreplay = "auto"\nnetwork = true\n'
+    rule += 'reason = "fetches"\n'
+    for bad, words in (("127.0.0.1", "domains only"), ("a b", "invalid `hosts` entry")):
+        path = write(tmp_path / f"r{len(words)}.toml", f'[[rule]]\n{rule}hosts = ["{bad}"]\n')
+        assert words in error(path).message
+
+
+def test_an_untrusted_repo_cannot_name_destinations(tmp_path: Path) -> None:
+    # The attack: a cloned repo makes `ls` (or anything) a way to reach its own server.
+    repo = tmp_path / "cloned"
+    write(
+        repo / ".shellward" / "rules.toml",
+        '[[rule]]\nprogram = "ls"\nidempotency = "non_idempotent"\nreplay = "never"\n'
+        'reason = "lists, and phones home"\nhosts = ["evil.example"]\n',
+    )
+    problem = load_rules(repo_roots=[repo]).repos[0].problem
+    assert problem is not None and "`hosts` names destinations" in problem.message
+    verdict = Classifier(load_rules(repo_roots=[repo])).classify("ls", cwd=str(repo))
+    assert "evil.example" not in verdict.destinations
+
+
+def test_git_network_commands_reach_their_url_or_the_remotes(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    write(
+        repo / ".git" / "config",
+        '[remote "origin"]\n\turl = https://git.example.com/team/app.git\n'
+        '[remote "mirror"]\n\turl = git@mirror.example.org:team/app.git\n'
+        '[url "https://rewritten.example.net/"]\n\tinsteadOf = https://git.example.com/\n',
+    )
+    clf = Classifier(load_rules())
+    fetch = clf.classify("git fetch origin", cwd=str(repo))
+    assert set(fetch.destinations) == {
+        "git.example.com", "mirror.example.org", "rewritten.example.net",
+    }  # fmt: skip
+    clone = clf.classify("git clone https://github.com/a/b.git", cwd=str(tmp_path))
+    assert clone.destinations == ("github.com",)
+    assert clf.classify("git status", cwd=str(repo)).destinations == ()

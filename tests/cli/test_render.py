@@ -106,6 +106,22 @@ def test_status_shows_index_progress() -> None:
     assert "uptime: 1h 02m" in lines and "running calls: 2" in lines
 
 
+def test_status_shows_each_workspace_path_and_its_notes() -> None:
+    status = DaemonStatus(
+        version="1.2", socket="/s", state_dir="/st", ledger_path="/st/l", sandbox_enabled=True,
+        sandbox_detail="bwrap", workspaces=("/ws", "/b"), running_calls=0, uptime_seconds=1,
+        workspace_status=(
+            WorkspaceStatus("/ws", "ready", path="/ws/.venv/bin:/usr/bin",
+                            path_notes=("/root/.cargo/bin is left off PATH",)),
+            WorkspaceStatus("/b", "ready", path="/usr/bin"),
+        ),
+    )  # fmt: skip
+    lines = _render.status_text(status, Style()).splitlines()
+    assert "PATH: /ws/.venv/bin:/usr/bin (in /ws)" in lines
+    assert "PATH: /usr/bin (in /b)" in lines
+    assert "PATH note: /root/.cargo/bin is left off PATH" in lines
+
+
 class _Ledger:
     """Stands in for the client in run_exit_code: knows one call's time limit."""
 

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from shellward import CallStatus
-from tests.helpers import Daemon
+from tests.helpers import Daemon, host_processes, start_daemon, wait_for
 
 Shellward = Callable[..., subprocess.CompletedProcess[bytes]]
 
@@ -137,3 +140,92 @@ def test_usage_errors_exit_2(shellward_process: Shellward) -> None:
         assert done.stderr.startswith(b"shellward: ") and b"Traceback" not in done.stderr
     bad_env = shellward_process("run", "--env", "NOEQUALS", "--", "ls")
     assert bad_env.returncode == 2 and b"KEY=VALUE" in bad_env.stderr
+
+
+def test_the_summary_names_the_files_a_run_created(shellward_process: Shellward) -> None:
+    """As the README's tour says: the result lists hello.txt, created."""
+    done = shellward_process("run", "--", "echo hello > tour-hello.txt")
+    assert done.returncode == 0, done.stderr
+    summary = done.stderr.decode().strip().splitlines()[-1]
+    assert summary.endswith("· created tour-hello.txt"), summary
+
+
+def test_a_fresh_refusal_is_not_called_an_earlier_call(shellward_process: Shellward) -> None:
+    """A new request refused before it ran (cwd outside every workspace) has no earlier call:
+    the summary must not say `earlier call … failed`."""
+    ids = ("--run-id", "cli-fresh-refusal", "--step-id", "s1")
+    done = shellward_process("run", *ids, "--cwd", "/etc", "--", "ls")
+    assert done.returncode == 125
+    summary = done.stderr.decode().strip().splitlines()[0]
+    assert summary.startswith("shellward: nothing ran · PERMISSION_DENIED · refused, recorded as")
+    assert "earlier call" not in summary
+
+
+def test_an_address_without_a_port_or_token_says_what_to_pass(
+    shellward_process: Shellward,
+) -> None:
+    no_token = shellward_process("--address", "127.0.0.1:7433", "status")
+    assert no_token.returncode == 2
+    assert b"pass --token" in no_token.stderr
+    for address in ("localhost", "::1", "127.0.0.1:"):
+        no_port = shellward_process("--address", address, "--token", "t", "status")
+        assert no_port.returncode == 2, (address, no_port.stderr)
+        assert b"has no port; give HOST:PORT" in no_port.stderr
+
+
+def test_a_daemon_that_dies_during_a_call_is_not_called_absent(
+    tmp_path: Path, workspace: Path
+) -> None:
+    """The command may have run: the message says so and how to find out, instead of
+    `no shellward daemon answers … Start one`."""
+    daemon = start_daemon(tmp_path / "run" / "s.sock", tmp_path / "state", workspace)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SHELLWARD_")}
+    run = subprocess.Popen(
+        [sys.executable, "-m", "shellward.cli", "--socket", str(daemon.socket),
+         "run", "--", "sleep 377"],
+        cwd=workspace, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: bool(host_processes("sleep 377")), timeout=60)
+        daemon.stop(signal.SIGKILL)
+        _, err = run.communicate(timeout=60)
+    finally:
+        run.kill()
+        for process in host_processes("sleep 377"):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(process.name), signal.SIGKILL)
+    assert run.returncode == 1
+    message = err.decode()
+    assert "went away during call" in message and "may have run" in message
+    assert "shellward show" in message
+    assert "Start one" not in message
+
+
+def test_piped_stdin_is_forwarded_and_part_of_the_identity(cli_daemon: Daemon) -> None:
+    def run(*args: str, stdin: bytes) -> subprocess.CompletedProcess[bytes]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SHELLWARD_")}
+        return subprocess.run(
+            [sys.executable, "-m", "shellward.cli", "--socket", str(cli_daemon.socket), *args],
+            cwd=cli_daemon.workspace, env=env, input=stdin, capture_output=True, timeout=60,
+            check=False,
+        )  # fmt: skip
+
+    done = run("run", "--", "cat", stdin=b"piped\n\x00\xff")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == b"piped\n\x00\xff"
+    ignored = run("run", "--no-stdin", "--", "wc -c", stdin=b"piped\n")
+    assert ignored.stdout.strip() == b"0"
+    # The same step with other input is another call, not a replay of the first answer.
+    ids = ("--run-id", "cli-stdin", "--step-id", "s1")
+    assert run("run", *ids, "--", "cat", stdin=b"one\n").stdout == b"one\n"
+    again = run("run", *ids, "--", "cat", stdin=b"one\n")
+    assert again.stdout == b"one\n" and b"replayed from the ledger" in again.stderr
+    other = run("run", *ids, "--", "cat", stdin=b"two\n")
+    assert other.returncode == 125 and b"IDEMPOTENCY_KEY_MISMATCH" in other.stderr
+
+
+def test_stdin_over_the_limit_is_refused_by_the_daemon(cli_daemon: Daemon) -> None:
+    with cli_daemon.client() as client:
+        result = client.run_command("wc -c", stdin=b"x" * (1024 * 1024 + 1))
+    assert result.code.value == "INVALID_ARGUMENT"
+    assert "stdin is 1048577 bytes, over the limit" in result.content

@@ -12,7 +12,14 @@ from collections.abc import Callable, Iterator
 import psycopg
 import pytest
 
-from shellward.types import CallStatus, Code, Idempotency, LedgerEntry, ReplayPolicy
+from shellward.types import (
+    CallStatus,
+    Code,
+    Idempotency,
+    LedgerEntry,
+    NetworkEffect,
+    ReplayPolicy,
+)
 from shellwardd.errors import LedgerError
 from shellwardd.ledger import (
     POSTGRES,
@@ -68,6 +75,48 @@ def test_a_call_round_trips_and_names_its_daemon(store: Opener) -> None:
     assert [t.status for t in b.transitions("c1")] == [
         CallStatus.PLANNED, CallStatus.STARTED, CallStatus.SUCCEEDED,
     ]  # fmt: skip
+
+
+def test_network_effects_are_stored_with_the_call(store: Opener) -> None:
+    a, b = store("a"), store("b")
+    a.record(_entry("n1", network_granted=True))
+    a.mark_started("n1", time.time())
+    effects = (
+        NetworkEffect("api.test", 443, "203.0.113.7", "CONNECT", "", 517, 4096),
+        NetworkEffect("pay.test", 80, "203.0.113.8", "POST", "/charge?x=1", 120, 80),
+        NetworkEffect("169.254.169.254", 80, "", "GET", "/", refused="an address"),
+    )
+    a.finish(
+        _entry(
+            "n1", network_granted=True, status=CallStatus.SUCCEEDED, finished_at=time.time(),
+            network_effects=effects, unexpected_network=True,
+        )
+    )  # fmt: skip
+    seen = b.get("n1")
+    assert seen is not None and seen.network_effects == effects and seen.unexpected_network
+    assert a.get("n1").network_effects == effects  # type: ignore[union-attr]
+
+
+def test_planned_and_started_in_one_commit_keep_the_same_history(store: Opener) -> None:
+    a, b = store("a"), store("b")
+    entry = _entry("c1", step_id="s1", idempotency_key="order:7")
+    started_at = time.time()
+    a.record_started(entry, started_at)
+    seen = b.get("c1")
+    assert seen is not None and seen.status is CallStatus.STARTED
+    assert seen.started_at == pytest.approx(started_at) and seen.daemon_id == "a"
+    assert [t.status for t in b.transitions("c1")] == [CallStatus.PLANNED, CallStatus.STARTED]
+    # The business key is taken in the same transaction: another step meets it, and a
+    # refused attempt leaves neither row nor history.
+    with pytest.raises(KeyTaken) as taken:
+        b.record_started(_entry("c2", run_id="r2", step_id="s2", idempotency_key="order:7"),
+                         time.time())  # fmt: skip
+    assert taken.value.holder.call_id == "c1"
+    assert a.get("c2") is None and a.transitions("c2") == []
+    # A call id that exists already is refused whole: no second history.
+    with pytest.raises(LedgerError):
+        b.record_started(_entry("c1", step_id="s3"), time.time())
+    assert len(a.transitions("c1")) == 2
 
 
 def test_a_step_claimed_by_one_daemon_is_held_for_every_other(store: Opener) -> None:

@@ -15,8 +15,10 @@ from shellward.types import (
     FileEffect,
     Idempotency,
     LedgerEntry,
+    NetworkEffect,
     ReplayPolicy,
 )
+from shellwardd.outcomes import conflict_content
 from shellwardd.replay import Action, EffectsState, check_effects, decide, recovery_item, resolve
 from shellwardd.watch import content_hash
 from shellwardd.watch.hashing import DIR_HASH
@@ -158,7 +160,22 @@ def test_check_directories(tmp_path: Path) -> None:
 
 def test_unobserved_effects_are_a_conflict(tmp_path: Path) -> None:
     check = check_effects(_with_effects(recorded=False), tmp_path, content_hash)
-    assert check.state is EffectsState.CONFLICT and "never observed" in check.conflicts[0]
+    assert check.state is EffectsState.CONFLICT and "never recorded" in check.unknown
+    assert check.conflicts == ()
+
+
+def test_unobserved_effects_after_a_crash_are_not_called_someone_elses(tmp_path: Path) -> None:
+    """After a daemon crash nobody changed anything: the recovery and the approval say
+    that the effects are unknown, not that someone else changed them."""
+    entry = replace(_with_effects(recorded=False), workspace=str(tmp_path))
+    item = recovery_item(entry, now=NOW, retention=DAY, hash_of=content_hash)
+    assert item is not None and item.action == "ask"
+    assert "someone else" not in item.reason and "never recorded" in item.reason
+    decision = resolve(entry, input_hash=entry.input_hash, rerun=True, now=NOW, retention=DAY,
+                       hash_of=content_hash)  # fmt: skip
+    content = conflict_content("new-call", entry, decision.conflicts, decision.unknown)
+    assert "someone else" not in content
+    assert "cannot be checked" in content and "approve new-call" in content
 
 
 def test_git_writes_cannot_be_checked(tmp_path: Path) -> None:
@@ -169,7 +186,7 @@ def test_git_writes_cannot_be_checked(tmp_path: Path) -> None:
 def test_effects_outside_a_workspace_cannot_be_checked(tmp_path: Path) -> None:
     business = replace(_with_effects(), workspace="")
     check = check_effects(business, tmp_path, content_hash)
-    assert check.state is EffectsState.CONFLICT and "outside the workspace" in check.conflicts[0]
+    assert check.state is EffectsState.CONFLICT and "outside the workspace" in check.unknown
 
 
 def test_no_recorded_effects_runs_again(tmp_path: Path) -> None:
@@ -199,3 +216,30 @@ def test_a_check_on_a_daemon_that_does_not_hold_the_workspace_says_so(tmp_path: 
     assert "ran on daemon 'a'" in on_b.content and checked == []
     item = recovery_item(entry, now=NOW, retention=DAY, hash_of=hash_of, here="b")
     assert item is not None and item.action == "refuse" and "daemon 'a'" in item.reason
+
+
+def test_what_a_call_sent_over_the_network_cannot_be_checked(tmp_path: Path) -> None:
+    # No file effects, so the workspace alone would say "at before: run again".
+    base = replace(
+        _entry(CallStatus.UNCERTAIN, ReplayPolicy.ASK),
+        effects_recorded=True,
+        workspace=str(tmp_path),
+    )
+    reads = (
+        NetworkEffect("pypi.test", 80, "203.0.113.7", "GET", "/simple/x/", 90, 4000),
+        NetworkEffect("evil.test", 80, "", "POST", "/", refused="not on the allow-list"),
+    )
+    assert check_effects(replace(base, network_effects=reads), tmp_path, content_hash).state is (
+        EffectsState.AT_BEFORE
+    )
+    for sent in (
+        NetworkEffect("pay.test", 80, "203.0.113.8", "POST", "/charge", 120, 80),
+        NetworkEffect("pay.test", 443, "203.0.113.8", "CONNECT", "", 700, 900),
+    ):
+        entry = replace(base, network_effects=(*reads, sent))
+        check = check_effects(entry, tmp_path, content_hash)
+        assert check.state is EffectsState.CONFLICT and "pay.test" in check.unknown
+        decision = resolve(
+            entry, input_hash="h", rerun=False, now=NOW, retention=DAY, hash_of=content_hash
+        )
+        assert decision.action is Action.ASK

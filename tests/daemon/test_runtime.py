@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -238,3 +241,77 @@ def test_a_late_denial_never_overwrites_a_call_that_ran(
     row = setup.ledger.get(pending.call_id)
     assert row is not None and row.status is CallStatus.SUCCEEDED
     assert setup.sandbox.ran == ["echo x"]
+
+
+class CountingLedger(SqliteLedger):
+    """Counts committed transactions (each is one durable commit: one WAL fsync)."""
+
+    commits = 0
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        with super()._transaction() as db:
+            yield db
+        self.commits += 1
+
+
+@dataclass
+class SpyingSandbox(FakeSandbox):
+    """Notes, at the spawn, what another connection reads of the ledger and how many
+    commits were made: what is durable before the command runs."""
+
+    ledger: CountingLedger | None = None
+    seen: list[tuple[int, list[str]]] = field(default_factory=list)
+
+    def run(self, spec: SandboxSpec, *args: Any, **kwargs: Any) -> ProcessOutcome:
+        assert self.ledger is not None
+        with sqlite3.connect(self.ledger.path) as db:
+            history = [s for (s,) in db.execute("SELECT status FROM transitions ORDER BY at")]
+        self.seen.append((self.ledger.commits, history))
+        return super().run(spec, *args, **kwargs)
+
+
+def test_a_new_call_is_planned_and_started_in_one_commit_before_it_runs(
+    setup: Setup, monitor: WorkspaceMonitor, tmp_path: Path
+) -> None:
+    ledger = CountingLedger(tmp_path / "counted.sqlite3")
+    sandbox = SpyingSandbox(ledger=ledger)
+    runtime = Runtime(setup.config, ledger, writes, sandbox, {setup.workspace: monitor})  # type: ignore[arg-type]
+    before = ledger.commits
+    result = runtime.run_command(CommandRequest("echo one"), Silent())
+    assert result.ok, result.content
+    ((commits, history),) = sandbox.seen
+    assert history == ["planned", "started"]  # both durable before the spawn
+    assert commits - before == 1  # was 2: planned, then started
+    assert [t.status for t in ledger.transitions(result.call_id)] == [
+        CallStatus.PLANNED, CallStatus.STARTED, CallStatus.SUCCEEDED,
+    ]  # fmt: skip
+    ledger.close()
+
+
+def test_a_call_that_waits_for_its_workspace_is_visible_as_planned(
+    setup: Setup, monitor: WorkspaceMonitor
+) -> None:
+    runtime = setup.runtime(monitor)
+    holder = monitor.begin_call(exclusive=True)  # another writer holds the workspace
+    results: list[Any] = []
+    call = threading.Thread(
+        target=lambda: results.append(
+            runtime.run_command(CommandRequest("echo waited", timeout_seconds=20), Silent())
+        )
+    )
+    call.start()
+    try:
+        deadline = time.monotonic() + 20
+        while not setup.ledger.list() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        (waiting,) = setup.ledger.list()
+        assert waiting.status is CallStatus.PLANNED and setup.sandbox.ran == []
+    finally:
+        monitor.finish_call(holder)
+        call.join(timeout=30)
+    (result,) = results
+    assert result.ok, result.content
+    assert [t.status for t in setup.ledger.transitions(result.call_id)] == [
+        CallStatus.PLANNED, CallStatus.STARTED, CallStatus.SUCCEEDED,
+    ]  # fmt: skip

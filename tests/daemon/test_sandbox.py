@@ -14,6 +14,7 @@ import pytest
 
 from shellward.types import OutputChunk
 from shellwardd.config import Limits
+from shellwardd.egress.policy import EgressPolicy
 from shellwardd.errors import SandboxUnavailable
 from shellwardd.sandbox import ProcessOutcome, Sandbox, SandboxSpec
 
@@ -32,7 +33,7 @@ def run(
     command: str,
     *,
     timeout: float = 20.0,
-    network: bool = False,
+    network: EgressPolicy | None = None,
     limits: Limits | None = None,
     cap: int = 1 << 20,
     hidden: tuple[Path, ...] = (),
@@ -89,8 +90,11 @@ def test_network_is_off_by_default(sandbox: Sandbox, workspace: Path, listener: 
     connect = f"exec 3<>/dev/tcp/127.0.0.1/{listener} && echo connected"
     blocked = run(sandbox, workspace, connect)
     assert blocked.exit_code != 0 and b"connected" not in blocked.stdout.data
-    granted = run(sandbox, workspace, connect, network=True)
-    assert granted.exit_code == 0 and granted.stdout.data == b"connected\n"
+    # A call with network has its own namespace too: the host's loopback is not in it,
+    # even when the operator allows loopback through the proxy.
+    allowed = EgressPolicy(operator=frozenset({"127.0.0.1"}))
+    granted = run(sandbox, workspace, connect, network=allowed)
+    assert granted.exit_code != 0 and b"connected" not in granted.stdout.data
 
 
 def test_timeout_kills_the_whole_tree(sandbox: Sandbox, workspace: Path) -> None:
@@ -167,7 +171,7 @@ def test_secrets_and_hidden_paths(
 
 def test_sandbox_failure_is_not_a_command_failure(sandbox: Sandbox, tmp_path: Path) -> None:
     missing = tmp_path / "gone"
-    spec = SandboxSpec("true", missing, missing, {}, False, 5.0, Limits(), 100)
+    spec = SandboxSpec("true", missing, missing, {}, None, 5.0, Limits(), 100)
     outcome = sandbox.run(spec, lambda chunk: None, threading.Event())
     assert not outcome.started and outcome.exit_code is None
     assert outcome.sandbox_error
@@ -175,7 +179,7 @@ def test_sandbox_failure_is_not_a_command_failure(sandbox: Sandbox, tmp_path: Pa
 
 def test_cancel_kills(sandbox: Sandbox, workspace: Path) -> None:
     cancel = threading.Event()
-    spec = SandboxSpec("sleep 300", workspace, workspace, {}, False, 60.0, Limits(), 100)
+    spec = SandboxSpec("sleep 300", workspace, workspace, {}, None, 60.0, Limits(), 100)
     threading.Timer(0.5, cancel.set).start()
     outcome = sandbox.run(spec, lambda chunk: None, cancel)
     assert outcome.cancelled and outcome.exit_code is None

@@ -193,7 +193,8 @@ def test_sigkill_mid_command_leaves_it_uncertain(tmp_path: Path, workspace: Path
 
     caller = threading.Thread(target=call)
     caller.start()
-    wait_for(lambda: (workspace / "started").exists())
+    # The command's writes are staged in its overlay until it exits.
+    wait_for(lambda: any((state / "staging").glob("*/upper/started")))
     daemon.process.kill()
     daemon.process.wait(timeout=10)
     caller.join(timeout=30)
@@ -209,6 +210,7 @@ def test_sigkill_mid_command_leaves_it_uncertain(tmp_path: Path, workspace: Path
             assert entry.status is CallStatus.UNCERTAIN
             assert entry.code is Code.SIDE_EFFECT_UNCERTAIN
             assert "daemon restarted" in entry.note
+        assert not (workspace / "started").exists()  # never committed
     finally:
         restarted.stop()
 
@@ -223,7 +225,7 @@ def test_graceful_shutdown_lets_calls_finish(tmp_path: Path, workspace: Path) ->
             )
         )
         caller.start()
-        wait_for(lambda: (workspace / "begun").exists())
+        wait_for(lambda: any((daemon.state_dir / "staging").glob("*/upper/begun")))
         daemon.process.send_signal(signal.SIGTERM)
         caller.join(timeout=30)
     assert daemon.process.wait(timeout=30) == 0
@@ -242,7 +244,7 @@ def test_shutdown_kills_calls_after_the_grace_period(tmp_path: Path, workspace: 
             )
         )
         caller.start()
-        wait_for(lambda: (workspace / "begun").exists())
+        wait_for(lambda: any((daemon.state_dir / "staging").glob("*/upper/begun")))
         daemon.process.send_signal(signal.SIGTERM)
         caller.join(timeout=30)
     assert daemon.process.wait(timeout=30) == 0

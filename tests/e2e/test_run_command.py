@@ -40,17 +40,20 @@ def test_success_is_recorded(client: Client, workspace: Path) -> None:
     assert entry.stdout.data == b"hello\n" and entry.input_hash.startswith("sha256:")
 
 
-def test_output_streams_while_the_command_runs(client: Client, workspace: Path) -> None:
+def test_output_streams_while_the_command_runs(
+    client: Client, workspace: Path, host_dir: Path
+) -> None:
     # The command waits for a file the test writes only after it saw the first chunk:
-    # without live streaming it would run into its timeout.
-    command = "echo ready; while [ ! -f go ]; do sleep 0.05; done; echo finished"
+    # without live streaming it would run into its timeout. (Outside the workspace: a
+    # command may not see a file created in the workspace during its call.)
+    command = f"echo ready; while [ ! -f {host_dir}/go ]; do sleep 0.05; done; echo finished"
     events = client.stream_command(command, cwd=workspace, timeout=20)
     first = next(events)
     assert isinstance(first, CallAccepted) and first.call_id
     chunk = next(events)
     assert isinstance(chunk, OutputChunk) and chunk.data == b"ready\n"
     assert chunk.stream is Stream.STDOUT
-    (workspace / "go").write_text("")
+    (host_dir / "go").write_text("")
     rest = list(events)
     result = rest[-1]
     assert isinstance(result, CommandResult) and result.ok
@@ -198,8 +201,12 @@ def test_same_step_different_input_is_a_mismatch(client: Client, workspace: Path
     assert other.stdout.data == b""
 
 
-def test_duplicate_of_a_running_call_is_not_started_twice(client: Client, workspace: Path) -> None:
-    command = "echo run >> runs.txt; while [ ! -f go ]; do sleep 0.05; done"
+def test_duplicate_of_a_running_call_is_not_started_twice(
+    client: Client, daemon: Daemon, workspace: Path, host_dir: Path
+) -> None:
+    # The go signal comes from outside the workspace (a command sees the host read-only);
+    # the command's own writes are staged until it exits.
+    command = f"echo run >> runs.txt; while [ ! -f {host_dir}/go ]; do sleep 0.05; done"
     results: list[CommandResult] = []
     first = threading.Thread(
         target=lambda: results.append(
@@ -207,10 +214,10 @@ def test_duplicate_of_a_running_call_is_not_started_twice(client: Client, worksp
         )
     )
     first.start()
-    wait_for(lambda: (workspace / "runs.txt").exists())
+    wait_for(lambda: any((daemon.state_dir / "staging").glob("*/upper/runs.txt")))
     second = client.run_command(command, cwd=workspace, run_id="r3", step_id="s1")
     assert second.code is Code.IN_PROGRESS and second.retryable
-    (workspace / "go").write_text("")
+    (host_dir / "go").write_text("")
     first.join(timeout=30)
     assert results and results[0].ok
     assert (workspace / "runs.txt").read_text() == "run\n"

@@ -7,6 +7,7 @@ import contextlib
 import hashlib
 import os
 import signal
+import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -202,6 +203,9 @@ def test_a_crash_before_commit_leaves_the_workspace_untouched(
         with restarted.client() as c:
             (entry,) = [e for e in c.list_calls() if "ready" in e.command]
             assert entry.status.value == "uncertain"
+            entry = c.get_call(entry.call_id)
+            assert "never applied" in entry.content and entry.file_effects == ()
+        assert not (daemon.state_dir / "staging" / entry.call_id).exists()
         assert (workspace / "f.txt").read_text() == "old\n"
     finally:
         restarted.stop()
@@ -271,3 +275,81 @@ def test_a_hard_link_to_a_file_outside_is_refused(client: Client, workspace: Pat
     result = client.run_command("ln /etc/hostname h", cwd=workspace)
     assert not result.ok and result.file_effects == ()
     assert not (workspace / "h").exists()
+
+
+def test_git_works_staged_and_its_hooks_stay_read_only(client: Client, workspace: Path) -> None:
+    git = "git -c user.name=t -c user.email=t@example.com"
+    subprocess.run(["git", "init", "-q", str(workspace)], check=True)
+    (workspace / "a.txt").write_text("a\n")
+    result = client.run_command(
+        f"{git} add a.txt && {git} commit -qm one; echo hook > .git/hooks/pre-commit;"
+        " echo '[core]' >> .git/config",
+        cwd=workspace,
+    )
+    assert {(e.path, e.kind) for e in result.file_effects} == {(".git/", EffectKind.MODIFIED)}
+    log = subprocess.run(["git", "-C", str(workspace), "log", "--format=%s"],
+                         capture_output=True, text=True, check=True)  # fmt: skip
+    assert log.stdout == "one\n"
+    assert not (workspace / ".git" / "hooks" / "pre-commit").exists()
+    assert "[core]\n[core]" not in (workspace / ".git" / "config").read_text()
+
+
+# --- preview before approval ----------------------------------------------------------
+
+
+@pytest.fixture
+def asking(tmp_path: Path, workspace: Path) -> Iterator[Daemon]:
+    """A daemon whose operator rule makes `touch` need a human's approval (no network)."""
+    rules = tmp_path / "ask.toml"
+    rules.write_text(
+        '[[rule]]\nid = "ask-touch"\nprogram = "touch"\nidempotency = "non_idempotent"\n'
+        'replay = "never"\napproval = true\nreason = "the operator reviews every touch"\n'
+    )
+    handle = start_daemon(tmp_path / "a.sock", tmp_path / "state", workspace,
+                          "--user-rules", str(rules))  # fmt: skip
+    yield handle
+    handle.stop()
+
+
+PREVIEWED = 'touch marker && echo "stamp $(date +%s%N)" > notes.txt && echo ran'
+
+
+def test_preview_then_approve_commits_that_result(asking: Daemon, workspace: Path) -> None:
+    (workspace / "notes.txt").write_text("old\n")
+    with asking.client() as client:
+        pending = client.run_command(PREVIEWED, cwd=workspace)
+        assert pending.code is Code.NEEDS_APPROVAL
+        # Nothing applied yet; the human sees the exact change.
+        assert (workspace / "notes.txt").read_text() == "old\n"
+        (shown,) = [e for e in client.approvals() if e.call_id == pending.call_id]
+        assert "-old" in shown.content and "+stamp " in shown.content
+        stamp = shown.content.split("+stamp ")[1].split()[0]
+        client.approve(pending.call_id)
+        result = client.wait_call(pending.call_id, timeout=30)
+    assert result.ok, result.content
+    # The previewed result itself, not a second run (which would stamp another time).
+    assert (workspace / "notes.txt").read_text() == f"stamp {stamp}\n"
+    assert result.stdout.data == b"ran\n"
+    assert {e.path for e in result.file_effects} == {"marker", "notes.txt"}
+    assert not (asking.state_dir / "staging" / pending.call_id).exists()
+
+
+def test_preview_then_deny_discards_it(asking: Daemon, workspace: Path) -> None:
+    with asking.client() as client:
+        pending = client.run_command(PREVIEWED, cwd=workspace)
+        assert "+stamp " in client.get_call(pending.call_id).content
+        client.deny(pending.call_id)
+    assert not (workspace / "marker").exists() and not (workspace / "notes.txt").exists()
+    assert not (asking.state_dir / "staging" / pending.call_id).exists()
+
+
+def test_preview_then_approve_after_a_change_is_a_conflict(asking: Daemon, workspace: Path) -> None:
+    (workspace / "notes.txt").write_text("old\n")
+    with asking.client() as client:
+        pending = client.run_command(PREVIEWED, cwd=workspace)
+        (workspace / "notes.txt").write_text("changed by the user\n")
+        client.approve(pending.call_id)
+        result = client.wait_call(pending.call_id, timeout=30)
+    assert result.code is Code.CONFLICT, result.content
+    assert (workspace / "notes.txt").read_text() == "changed by the user\n"
+    assert not (workspace / "marker").exists()

@@ -20,8 +20,9 @@ import pytest
 
 from shellward import Client
 from shellward.types import Code, ReplayPolicy
-from shellwardd.classifier.toolchains import toolchains_for
+from shellwardd.classifier.toolchains import build_toolchains
 from shellwardd.config import ConfigError, load_config
+from shellwardd.sandbox.profile import BASE_PATH
 from tests.helpers import Daemon, start_daemon
 
 SYSTEM_PYTHON = Path("/usr/bin/python3")
@@ -30,12 +31,10 @@ PYTEST_PACKAGES = ("pytest", "_pytest", "pluggy", "iniconfig", "packaging", "pyg
 SCRIPT = "#!/bin/sh\necho toolchain-tool\n"
 
 
-@pytest.fixture
-def venv_bin(host_dir: Path) -> Path:
+def _make_venv(venv: Path) -> Path:
     """A venv of the system's python3 with pytest in it; its bin directory."""
     if not SYSTEM_PYTHON.exists():
         pytest.skip("needs the system's /usr/bin/python3 to build a toolchain venv")
-    venv = host_dir / "venv"
     subprocess.run(
         [str(SYSTEM_PYTHON), "-m", "venv", "--without-pip", str(venv)],
         check=True, capture_output=True,
@@ -56,6 +55,11 @@ def venv_bin(host_dir: Path) -> Path:
     )
     script.chmod(0o755)
     return venv / "bin"
+
+
+@pytest.fixture
+def venv_bin(host_dir: Path) -> Path:
+    return _make_venv(host_dir / "venv")
 
 
 @pytest.fixture
@@ -155,10 +159,14 @@ def test_toolchains_are_marked_by_whether_a_workspace_holds_them(tmp_path: Path)
     outside.mkdir(parents=True)
     link = tmp_path / "link"
     link.symlink_to(workspace)
-    marked = toolchains_for(
-        [workspace / ".venv" / "bin", outside, link / ".venv" / "bin"], [workspace]
+    marked = build_toolchains(
+        [workspace / ".venv" / "bin", outside, link / ".venv" / "bin"],
+        [workspace],
+        auto=False,
+        home=tmp_path,
+        reaches=lambda path: True,
     )
-    assert [t.agent_writable for t in marked] == [True, False, True]
+    assert [t.agent_writable for t in marked.operator] == [True, False, True]
 
 
 def test_a_program_called_by_its_path_in_a_trusted_toolchain_keeps_its_rule(
@@ -172,3 +180,70 @@ def test_a_program_called_by_its_path_in_a_trusted_toolchain_keeps_its_rule(
     assert by_path.replay_policy is ReplayPolicy.ASK, by_path.reason
     assert in_workspace.replay_policy is ReplayPolicy.NEVER
     assert elsewhere.replay_policy is ReplayPolicy.NEVER
+
+
+@pytest.fixture
+def found_daemon(tmp_path: Path, workspace: Path) -> Iterator[Daemon]:
+    """A daemon given no --toolchain: the workspace's .venv (with pytest) and node_modules
+    (a package with a `bin`, made here: no network) are found on their own."""
+    _make_venv(workspace / ".venv")
+    package = workspace / "node_modules" / "hello-bin"
+    package.mkdir(parents=True)
+    (package / "package.json").write_text(
+        '{"name": "hello-bin", "version": "1.0.0", "bin": {"hello-bin": "cli.js"}}\n'
+    )
+    cli = package / "cli.js"
+    cli.write_text("#!/usr/bin/env node\nconsole.log('hello from node_modules');\n")
+    cli.chmod(0o755)
+    (workspace / "node_modules" / ".bin").mkdir()
+    (workspace / "node_modules" / ".bin" / "hello-bin").symlink_to("../hello-bin/cli.js")
+    (workspace / "package.json").write_text('{"name": "ws", "version": "1.0.0"}\n')
+    handle = start_daemon(tmp_path / "run" / "shellward.sock", tmp_path / "state", workspace)
+    yield handle
+    handle.stop(signal.SIGKILL if handle.process.poll() is None else signal.SIGTERM)
+
+
+def test_the_workspace_venv_is_found_without_a_toolchain_flag(found_daemon: Daemon) -> None:
+    code, exit_code, output = _run(found_daemon, "pytest --version")
+    assert (code, exit_code) == (Code.OK, 0) and "pytest" in output, output
+    code, exit_code, output = _run(found_daemon, "python -m pytest --version")
+    assert (code, exit_code) == (Code.OK, 0) and "pytest" in output, output
+    with Client(found_daemon.socket) as client:
+        verdict = client.classify("pytest --version", cwd=found_daemon.workspace)
+        (status,) = client.status().workspace_status
+    # Found, not vouched for: it runs, but its rule does not apply.
+    assert verdict.replay_policy is ReplayPolicy.NEVER and "--toolchain" in verdict.reason
+    venv, node = found_daemon.workspace / ".venv" / "bin", found_daemon.workspace / "node_modules"
+    assert status.path.startswith(f"{venv}:{node / '.bin'}:"), status.path
+    assert status.path.endswith(BASE_PATH)
+
+
+def test_npx_runs_a_package_from_the_workspace_node_modules(found_daemon: Daemon) -> None:
+    if shutil.which("npx") is None:
+        pytest.skip("node/npx not installed")
+    code, exit_code, output = _run(found_daemon, "npx --no-install hello-bin")
+    assert (code, exit_code) == (Code.OK, 0), output
+    assert "hello from node_modules" in output
+    # By its bare name too: node_modules/.bin is on PATH, as in an npm script.
+    code, exit_code, output = _run(found_daemon, "hello-bin")
+    assert (code, exit_code) == (Code.OK, 0) and "hello from node_modules" in output, output
+
+
+def test_found_toolchains_are_read_only_inside(found_daemon: Daemon) -> None:
+    code, _, output = _run(found_daemon, "echo 'echo hijacked' > .venv/bin/pytest")
+    assert code is not Code.OK, output
+    assert "console_main" in (found_daemon.workspace / ".venv" / "bin" / "pytest").read_text()
+
+
+def test_auto_detection_can_be_turned_off(tmp_path: Path, workspace: Path) -> None:
+    (workspace / ".venv" / "bin").mkdir(parents=True)
+    handle = start_daemon(
+        tmp_path / "run" / "shellward.sock", tmp_path / "state", workspace,
+        "--no-auto-toolchains",
+    )  # fmt: skip
+    try:
+        with Client(handle.socket) as client:
+            (status,) = client.status().workspace_status
+    finally:
+        handle.stop()
+    assert status.path == BASE_PATH

@@ -7,35 +7,42 @@ import threading
 from pathlib import Path
 
 from shellward import CallStatus, Client, Code, CommandResult, EffectKind, ReplayPolicy
-from tests.helpers import wait_for
+from tests.helpers import start_daemon, wait_for
 
 
 def _sha(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-def test_eval1_read_file_timeout_then_retry_succeeds(client: Client, workspace: Path) -> None:
+def test_eval1_read_file_timeout_then_retry_succeeds(tmp_path: Path, workspace: Path) -> None:
     (workspace / "notes.txt").write_text("hello\n")
-    # A writing command holds the workspace, so the read waits past its timeout.
-    holder: list[CommandResult] = []
-    writer = threading.Thread(
-        target=lambda: holder.append(
-            client.run_command("touch busy; while [ -f busy ]; do sleep 0.05; done", cwd=workspace)
-        )
-    )
-    writer.start()
-    wait_for(lambda: (workspace / "busy").exists())
-    first = client.call_tool(
-        "read_file", {"path": "notes.txt"}, cwd=workspace, run_id="e1", step_id="r", timeout=0.5
-    )
-    assert not first.ok and first.code is Code.UNAVAILABLE and first.retryable
-    (workspace / "busy").unlink()
-    writer.join(timeout=30)
-    retry = client.call_tool(
-        "read_file", {"path": "notes.txt"}, cwd=workspace, run_id="e1", step_id="r"
-    )
-    assert retry.ok and retry.stdout.data == b"hello\n"
-    assert retry.output["hash"] == _sha(b"hello\n")
+    # A command's commit holds the workspace (here paused by the test hook until the barrier
+    # file exists), so the read waits past its timeout.
+    barrier = tmp_path / "barrier"
+    daemon = start_daemon(tmp_path / "e.sock", tmp_path / "state", workspace,
+                          env={"SHELLWARD_TEST_COMMIT_PAUSE": str(barrier)})  # fmt: skip
+    try:
+        with daemon.client() as client:
+            holder: list[CommandResult] = []
+            writer = threading.Thread(
+                target=lambda: holder.append(client.run_command("touch busy", cwd=workspace))
+            )
+            writer.start()
+            wait_for(lambda: Path(f"{barrier}.reached").exists())
+            first = client.call_tool(
+                "read_file", {"path": "notes.txt"}, cwd=workspace, run_id="e1", step_id="r",
+                timeout=0.5,
+            )  # fmt: skip
+            assert not first.ok and first.code is Code.UNAVAILABLE and first.retryable
+            barrier.touch()
+            writer.join(timeout=30)
+            retry = client.call_tool(
+                "read_file", {"path": "notes.txt"}, cwd=workspace, run_id="e1", step_id="r"
+            )
+            assert retry.ok and retry.stdout.data == b"hello\n"
+            assert retry.output["hash"] == _sha(b"hello\n")
+    finally:
+        daemon.stop()
 
 
 def test_eval2_write_file_replay_applies_or_is_already_applied(

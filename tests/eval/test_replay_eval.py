@@ -25,7 +25,7 @@ FAKE_NPM = """#!/bin/sh
 # A stand-in for npm: `test` writes coverage, `publish` records a publication and hangs.
 case "$1" in
   test) mkdir -p coverage && echo '{"lines": 91}' > coverage/coverage.json; echo "42 passed" ;;
-  publish) echo published >> "$NPM_REGISTRY_LOG"; sleep 30 ;;
+  publish) echo published; echo published >> "$NPM_REGISTRY_LOG"; sleep 30 ;;
   *) echo "fake npm: $1 not supported" >&2; exit 1 ;;
 esac
 """
@@ -103,7 +103,10 @@ def test_eval7_npm_publish_timeout_is_never_replayed(client: Client, workspace: 
         "npm publish", cwd=workspace, env=env, run_id="e7", step_id="pub", timeout=2
     )
     assert retry.code is Code.SIDE_EFFECT_UNCERTAIN
-    assert (workspace / "registry.log").read_text() == "published\n"
+    # The fake registry's log is in the workspace, staged: the timeout discarded it. What a
+    # real publish sent over the network is what stays uncertain (refused twice above).
+    assert not (workspace / "registry.log").exists()
+    assert "discarded" in result.content
 
 
 def _kill_during(daemon: Daemon, command: str, step: str) -> Daemon:
@@ -165,19 +168,24 @@ def test_recover_lists_nothing_for_a_clean_run(client: Client, workspace: Path) 
 
 
 def test_a_client_deadline_cancels_the_call_and_a_retry_is_not_blind(
-    client: Client, workspace: Path
+    client: Client, workspace: Path, host_dir: Path
 ) -> None:
-    command = "echo start > log.txt; sleep 30; echo end >> log.txt"
+    # The second run finds the host's "fast" flag and does not sleep.
+    command = f"echo start > log.txt; [ -e {host_dir}/fast ] || sleep 30; echo end >> log.txt"
     with contextlib.suppress(DeadlineExceeded):
         client.run_command(command, cwd=workspace, run_id="dl", step_id="1", rpc_timeout=5)
     wait_for(lambda: client.get_call(run_id="dl", step_id="1").status.is_final)
     cancelled = client.get_call(run_id="dl", step_id="1")
     assert cancelled.status is CallStatus.UNCERTAIN and cancelled.code is Code.SIDE_EFFECT_UNCERTAIN
     assert "went away" in cancelled.note
+    # Its staged writes were discarded: the workspace is as it was, and the entry says so.
+    assert "discarded" in cancelled.content and cancelled.file_effects == ()
+    assert not (workspace / "log.txt").exists()
+    (host_dir / "fast").touch()
     retry = client.run_command(command, cwd=workspace, run_id="dl", step_id="1")
-    # The table checks the recorded effects: log.txt is at its after-hash, nothing runs.
-    assert retry.code is Code.ALREADY_APPLIED
-    assert (workspace / "log.txt").read_text() == "start\n"
+    # The table checks the recorded effects: nothing was written, so it runs again.
+    assert retry.ok and not retry.replayed, retry.content
+    assert (workspace / "log.txt").read_text() == "start\nend\n"
 
 
 def test_deny_and_approval_timeout(tmp_path: Path, workspace: Path) -> None:
@@ -214,6 +222,8 @@ def test_approvals_survive_a_restart(tmp_path: Path, workspace: Path) -> None:
             client.approve(pending.call_id)
             result: CommandResult = client.wait_call(pending.call_id, timeout=30)
             assert result.status is CallStatus.UNCERTAIN  # it ran, and hung past its timeout
-        assert (workspace / "registry.log").read_text() == "published\n"
+            assert result.stdout.data == b"published\n"
+        # Its staged workspace writes were discarded with the timeout.
+        assert not (workspace / "registry.log").exists()
     finally:
         daemon.stop()

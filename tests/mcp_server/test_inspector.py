@@ -1,7 +1,8 @@
 """A client nobody here wrote: the MCP Inspector's CLI mode (npm) against ``shellward mcp``.
 
 Installed once into a cache directory when node and npm are present; skipped otherwise, or
-when the npm registry cannot be reached.
+when the npm registry cannot be reached, except under CI=true: there, with node present, a
+failed install fails the test (a CI run must not pass by skipping the only third-party client).
 """
 
 from __future__ import annotations
@@ -39,7 +40,10 @@ def inspector() -> Path:
             check=False,
         )
         if done.returncode != 0 or not binary.exists():
-            pytest.skip(f"could not install {INSPECTOR} from npm: {done.stderr[-500:]}")
+            problem = f"could not install {INSPECTOR} from npm: {done.stderr[-500:]}"
+            if os.environ.get("CI") == "true":
+                pytest.fail(problem)
+            pytest.skip(problem)
     return binary
 
 

@@ -42,7 +42,7 @@ def run(
     timeout: float = 30.0,
 ) -> ProcessOutcome:
     spec = SandboxSpec(
-        command, workspace, workspace, env or {}, False, timeout, limits or Limits(), 1 << 20
+        command, workspace, workspace, env or {}, None, timeout, limits or Limits(), 1 << 20
     )
     return sandbox.run(spec, lambda chunk: None, threading.Event())
 

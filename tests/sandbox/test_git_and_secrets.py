@@ -21,7 +21,7 @@ GIT_ENV = {
 
 
 def run(box: Sandbox, workspace: Path, command: str) -> ProcessOutcome:
-    spec = SandboxSpec(command, workspace, workspace, GIT_ENV, False, 30.0, Limits(), 1 << 20)
+    spec = SandboxSpec(command, workspace, workspace, GIT_ENV, None, 30.0, Limits(), 1 << 20)
     return box.run(spec, lambda chunk: None, threading.Event())
 
 

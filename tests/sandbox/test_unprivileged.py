@@ -115,3 +115,19 @@ def test_status_says_rlimits_or_cgroup(user_daemon: tuple[Client, Path]) -> None
     controls = {c.control: c.state for c in client.status().containment}
     assert controls["capabilities"].startswith("none")
     assert controls["user namespace"].startswith("yes")
+
+
+def test_staged_writes_commit_and_leave_nothing_behind(user_daemon: tuple[Client, Path]) -> None:
+    # Mounted in a user namespace (userxattr): whiteouts and overlayfs's mode-000 work dir
+    # belong to the daemon's user, who must still commit and clean them up.
+    client, workspace = user_daemon
+    (workspace / "old.txt").write_text("old\n")
+    result = client.run_command("echo new > new.txt && rm old.txt", cwd=workspace)
+    assert result.ok, result.content
+    assert {e.path for e in result.file_effects} == {"new.txt", "old.txt"}
+    assert (workspace / "new.txt").read_text() == "new\n"
+    assert not (workspace / "old.txt").exists()
+    staging = workspace.parent / "state" / "staging"
+    assert not staging.exists() or list(staging.iterdir()) == []
+    controls = {c.control: c.state for c in client.status().containment}
+    assert "in a user namespace" in controls["workspace writes"]

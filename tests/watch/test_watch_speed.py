@@ -194,7 +194,7 @@ def test_index_links_in_bulk_and_in_any_order(tmp_path: Path) -> None:
     again = HashIndex(db, tmp_path)
     for directory, paths in expected.items():
         assert sorted(again.under(directory)) == paths
-    assert dict(again.entries) == {"a/x": entry(b"3"), "b/c/d": entry(b"1"), "b/c/f": entry(b"4")}
+    assert dict(again.items()) == {"a/x": entry(b"3"), "b/c/d": entry(b"1"), "b/c/f": entry(b"4")}
     again.close()
 
 

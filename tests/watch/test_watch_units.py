@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import shellwardd.watch
@@ -120,6 +121,37 @@ def test_index_persists_and_finds_subtrees(tmp_path: Path) -> None:
     other = HashIndex(db, tmp_path / "elsewhere")
     assert not other.persisted and len(other) == 0
     other.close()
+
+
+def test_an_lstat_vouches_only_for_the_very_same_file(tmp_path: Path) -> None:
+    """What a file changed while the daemon was down can keep, and still be re-read.
+
+    A replacement can keep the size and restore the mtime (``touch -r``); the ctime and
+    the inode are what is left to tell, and a racy entry is read whatever its stat says.
+    """
+    (tmp_path / "f").write_bytes(b"real")
+    st = os.lstat(tmp_path / "f")
+    recorded = IndexEntry(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, b"d")
+    index = HashIndex(tmp_path / "i.sqlite", tmp_path)
+    variants = {
+        "same": recorded,
+        "size": replace(recorded, size=st.st_size + 1),
+        "mtime": replace(recorded, mtime_ns=st.st_mtime_ns - 1),
+        "ctime": replace(recorded, ctime_ns=st.st_ctime_ns - 1),
+        "inode": replace(recorded, inode=st.st_ino + 1),
+        "link": replace(recorded, is_link=True),
+        "racy": replace(recorded, racy=True),
+    }
+    index.update(variants)
+    index.close()
+    again = HashIndex(tmp_path / "i.sqlite", tmp_path)  # the rows as a restart reads them
+    seen: set[str] = set()
+    found = [(path, st) for path in [*variants, "new"]]
+    stale = again.unvouched(found, seen)
+    assert [path for path, _ in stale] == ["size", "mtime", "ctime", "inode", "link", "racy", "new"]
+    assert seen == {*variants, "new"}
+    assert dict(again.items()) == variants
+    again.close()
 
 
 def test_stat_scan_trusts_stat_except_for_racy_entries(tmp_path: Path) -> None:

@@ -14,9 +14,9 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from importlib.metadata import PackageNotFoundError, version
 
 from shellward._exceptions import InvalidRequest, ShellwardError
+from shellward._version import package_version
 
 from . import approvals, calls, classify, mcp, replay, rules, run, status, tools
 from ._base import (
@@ -70,7 +70,7 @@ examples:
   shellward mcp                      (an MCP server on stdio, for agent hosts)
 
 Connection options (--socket, --tcp, --token) go before or after the command.
-Start a daemon with `make serve` (or `shellwardd`); see `shellward COMMAND --help`.
+Start a daemon with `make serve WORKSPACE=DIR` (or `shellwardd`); see `shellward COMMAND --help`.
 """
 
 # In the order `shellward --help` lists them.
@@ -85,20 +85,13 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=MAIN_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"shellward {_version()}")
+    parser.add_argument("--version", action="version", version=f"shellward {package_version()}")
     add_connection_options(parser, after_command=False)
     parser.set_defaults(handler=None)
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")
     for module in _COMMANDS:
         module.add(commands)
     return parser
-
-
-def _version() -> str:
-    try:
-        return version("shellward")
-    except PackageNotFoundError:
-        return "0+unknown"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

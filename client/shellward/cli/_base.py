@@ -144,6 +144,12 @@ def answer(as_json: bool, value: object, text: Callable[[Style], str], *, empty:
 
 
 def connect(args: argparse.Namespace) -> Client:
+    if args.address and not (args.token or os.environ.get("SHELLWARD_TOKEN")):
+        # The daemon would refuse every RPC (TCP is never served without one): say so here.
+        raise UsageError(
+            f"--address {args.address} needs the daemon's token: pass --token TOKEN "
+            "(or set SHELLWARD_TOKEN), the value of the daemon's --token"
+        )
     return Client(args.socket, address=args.address, token=args.token)
 
 

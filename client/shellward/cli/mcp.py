@@ -8,6 +8,8 @@ import secrets
 import sys
 from pathlib import Path
 
+from shellward._version import package_version
+
 from . import _hostconfig as install
 from ._base import EXIT_OK, Commands, absolute_cwd, subparser
 
@@ -17,7 +19,7 @@ command and talks MCP to it on stdin/stdout; every tool call goes to the running
 which classifies, sandboxes and records it. Tools: run_command, classify, recover, and
 every tool `shellward tools` lists (read_file, list_files, write_file, apply_patch, the
 business tools of the daemon's MCP servers). A daemon must be running: start one with
-`make serve` or `shellwardd`. See docs/mcp-server.md for each host's configuration.
+`make serve WORKSPACE=DIR` or `shellwardd`. See docs/mcp-server.md for each host's configuration.
 
 Identity: the run is --run-id, else the MCP session; a tool call's `step_id` argument
 names the step, so a host (or model) retrying the same step gets the ledger's answer.
@@ -59,15 +61,13 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     # Imported here: the MCP SDK is heavy, and no other command needs it.
     from shellward.mcp_server import Settings, parse_listen, serve_http, serve_stdio
 
-    from . import _version
-
     settings = Settings(
         socket=args.socket,
         address=args.address,
         token=args.token,
         cwd=absolute_cwd(args.cwd),
         run_id=args.run_id or None,
-        version=_version(),
+        version=package_version(),
     )
     if args.http is None:
         serve_stdio(settings)

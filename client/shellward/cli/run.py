@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import os
+import stat
+import sys
 
 from ._base import (
     Commands,
+    UsageError,
     absolute_cwd,
     add_identity,
     add_json,
@@ -18,10 +22,18 @@ from ._base import (
 )
 from ._results import report_stream
 
+# The daemon's limit (requests.MAX_STDIN_BYTES): refused here before anything is sent.
+MAX_STDIN_BYTES = 1024 * 1024
+
 RUN_EPILOG = """\
 The words after `--` form one command line: a single word is sent as is (so
 `shellward run -- 'ls | wc -l'` runs a pipeline); several words are joined with
 shlex.join (so `shellward run -- echo 'a b'` runs `echo 'a b'`).
+
+Standard input is forwarded when it is a pipe or a file (`echo hi | shellward run -- cat`,
+`shellward run -- wc -l < notes.txt`), up to 1 MiB; it is part of the call's identity. A
+terminal, /dev/null or a socket is not read (the command's stdin is empty); --no-stdin
+never reads it (e.g. in a `while read` loop).
 
 Output is streamed live, byte for byte, to this terminal's stdout and stderr (a call
 replayed from the ledger shows the output it recorded); then one summary line (call id,
@@ -43,9 +55,29 @@ examples:
 """
 
 
+def piped_stdin() -> bytes:
+    """Our stdin when it is a pipe or a file, at most MAX_STDIN_BYTES; else nothing. Never
+    a terminal (it would wait for a person) nor a socket (agent hosts often leave one open
+    that never ends)."""
+    try:
+        mode = os.fstat(sys.stdin.fileno()).st_mode
+    except (OSError, ValueError):  # closed, or replaced by something without a descriptor
+        return b""
+    if not (stat.S_ISFIFO(mode) or stat.S_ISREG(mode)):
+        return b""
+    data = sys.stdin.buffer.read(MAX_STDIN_BYTES + 1)
+    if len(data) > MAX_STDIN_BYTES:
+        raise UsageError(
+            f"stdin is over {MAX_STDIN_BYTES} bytes, more than a call carries; write it to a "
+            "file in the workspace and have the command read it (or pass --no-stdin)"
+        )
+    return data
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     run_id, step_id = identity(args)
     command = command_line(args.command, "run")
+    stdin = b"" if args.no_stdin else piped_stdin()
     with connect(args) as client:
         events = client.stream_command(
             command,
@@ -55,6 +87,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             timeout=args.timeout,
             env=dict(args.env or ()),
             network=args.network,
+            stdin=stdin,
         )
         return report_stream(client, events, args.json)
 
@@ -79,7 +112,15 @@ def add(commands: Commands) -> None:
     run.add_argument(
         "--network",
         action="store_true",
-        help="ask for network access (the verdict and rules decide)",
+        help="ask for network access; it never grants it: a command gets network only when its "
+        "rules say it uses the network, in its own network namespace whose only exit is the "
+        "daemon's proxy, to the destinations its rules and the operator allow "
+        "(docs/network.md)",
+    )
+    run.add_argument(
+        "--no-stdin",
+        action="store_true",
+        help="do not read this program's stdin (by default a pipe or a file is forwarded)",
     )
     add_json(run, "no live output: print the structured result as JSON")
     run.add_argument(

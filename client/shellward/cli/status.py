@@ -9,7 +9,7 @@ from shellward import _render
 from ._base import Commands, add_json, answer, connect, subparser
 
 STATUS_EPILOG = """\
-Exits 1 with a hint when no daemon answers (start one with `make serve`).
+Exits 1 with a hint when no daemon answers (start one with `make serve WORKSPACE=DIR`).
 
 examples:
   shellward status

@@ -21,7 +21,7 @@ from shellward._exceptions import (
     PermissionDenied,
     ShellwardError,
 )
-from shellward.types import Code, CommandResult, RecoveryItem, Verdict
+from shellward.types import Code, CommandResult, RecoveryItem, Verdict, network_effect_dict
 
 # What the model can do about an approval: it cannot approve, it can come back.
 APPROVAL_NOTE = (
@@ -65,6 +65,7 @@ def command_result(result: CommandResult, *, streamed: bool = False) -> types.Ca
         "retryable": result.retryable,
         "verdict": verdict_data(result.verdict),
         "effects": [{"path": e.path, "kind": e.kind.value} for e in result.file_effects],
+        "network_effects": [network_effect_dict(e) for e in result.network_effects],
         "output": result.output,
     }
     lines = [f"[{result.code.value}] {result.content}"]

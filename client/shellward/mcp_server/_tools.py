@@ -54,11 +54,13 @@ STEP_HELP = (
 )
 
 _RUN_DESCRIPTION = f"""\
-Run a bash command line in shellward's sandbox, in the workspace (writes outside it and \
-network are blocked unless rules allow; secrets such as ~/.ssh are hidden). Before it runs, \
+Run a bash command line in shellward's sandbox, in the workspace (writes outside it are \
+blocked; network leaves only through shellward's proxy, to the destinations the rules and \
+the operator allow; secrets such as ~/.ssh are hidden). Before it runs, \
 shellward classifies what it may do: the verdict says whether running it again is safe \
 (idempotency: idempotent, conditional, non_idempotent; replay: auto, ask, never). After it \
-runs, the files it created, modified or deleted are listed in `effects`.
+runs, the files it created, modified or deleted are listed in `effects`, and every \
+connection it asked for in `network_effects`.
 {CODES}"""
 
 _CLASSIFY_DESCRIPTION = """\
@@ -99,6 +101,20 @@ _EFFECT = {
     "required": ["path", "kind"],
 }
 
+_NETWORK_EFFECT = {
+    "type": "object",
+    "properties": {
+        "host": {"type": "string"},
+        "port": {"type": "integer"},
+        "method": {"type": "string", "description": "CONNECT for HTTPS, else the HTTP method"},
+        "path": {"type": "string"},
+        "bytes_sent": {"type": "integer"},
+        "bytes_received": {"type": "integer"},
+        "refused": {"type": "string", "description": "why the proxy refused it"},
+    },
+    "required": ["host", "port", "method"],
+}
+
 _VERDICT = {
     "type": "object",
     "properties": {
@@ -125,6 +141,11 @@ RESULT_SCHEMA: dict[str, Any] = {
         "retryable": {"type": "boolean"},
         "verdict": {"anyOf": [_VERDICT, {"type": "null"}]},
         "effects": {"type": "array", "items": _EFFECT},
+        "network_effects": {
+            "type": "array",
+            "items": _NETWORK_EFFECT,
+            "description": "every connection the call asked the daemon's network proxy for",
+        },
         "output": {"description": "a tool's structured answer (null for commands)"},
     },
     "required": ["ok", "code", "content", "exit_code", "call_id", "verdict", "effects"],

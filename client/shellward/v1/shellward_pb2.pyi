@@ -102,7 +102,7 @@ STREAM_STDOUT: Stream
 STREAM_STDERR: Stream
 
 class RunCommandRequest(_message.Message):
-    __slots__ = ("command", "cwd", "env", "timeout_seconds", "run_id", "step_id", "network", "rerun", "limits")
+    __slots__ = ("command", "cwd", "env", "timeout_seconds", "run_id", "step_id", "network", "rerun", "limits", "stdin")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -119,6 +119,7 @@ class RunCommandRequest(_message.Message):
     NETWORK_FIELD_NUMBER: _ClassVar[int]
     RERUN_FIELD_NUMBER: _ClassVar[int]
     LIMITS_FIELD_NUMBER: _ClassVar[int]
+    STDIN_FIELD_NUMBER: _ClassVar[int]
     command: str
     cwd: str
     env: _containers.ScalarMap[str, str]
@@ -128,7 +129,8 @@ class RunCommandRequest(_message.Message):
     network: NetworkRequest
     rerun: bool
     limits: ResourceLimits
-    def __init__(self, command: _Optional[str] = ..., cwd: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., timeout_seconds: _Optional[float] = ..., run_id: _Optional[str] = ..., step_id: _Optional[str] = ..., network: _Optional[_Union[NetworkRequest, _Mapping]] = ..., rerun: _Optional[bool] = ..., limits: _Optional[_Union[ResourceLimits, _Mapping]] = ...) -> None: ...
+    stdin: bytes
+    def __init__(self, command: _Optional[str] = ..., cwd: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., timeout_seconds: _Optional[float] = ..., run_id: _Optional[str] = ..., step_id: _Optional[str] = ..., network: _Optional[_Union[NetworkRequest, _Mapping]] = ..., rerun: _Optional[bool] = ..., limits: _Optional[_Union[ResourceLimits, _Mapping]] = ..., stdin: _Optional[bytes] = ...) -> None: ...
 
 class NetworkRequest(_message.Message):
     __slots__ = ("allow",)
@@ -187,7 +189,7 @@ class CapturedOutput(_message.Message):
     def __init__(self, data: _Optional[bytes] = ..., total_bytes: _Optional[int] = ..., truncated: _Optional[bool] = ..., sha256: _Optional[str] = ...) -> None: ...
 
 class CommandResult(_message.Message):
-    __slots__ = ("ok", "code", "content", "metadata", "exit_code", "stdout", "stderr", "verdict", "file_effects", "started_at", "finished_at")
+    __slots__ = ("ok", "code", "content", "metadata", "exit_code", "stdout", "stderr", "verdict", "file_effects", "started_at", "finished_at", "network_effects")
     OK_FIELD_NUMBER: _ClassVar[int]
     CODE_FIELD_NUMBER: _ClassVar[int]
     CONTENT_FIELD_NUMBER: _ClassVar[int]
@@ -199,6 +201,7 @@ class CommandResult(_message.Message):
     FILE_EFFECTS_FIELD_NUMBER: _ClassVar[int]
     STARTED_AT_FIELD_NUMBER: _ClassVar[int]
     FINISHED_AT_FIELD_NUMBER: _ClassVar[int]
+    NETWORK_EFFECTS_FIELD_NUMBER: _ClassVar[int]
     ok: bool
     code: str
     content: str
@@ -210,7 +213,8 @@ class CommandResult(_message.Message):
     file_effects: _containers.RepeatedCompositeFieldContainer[FileEffect]
     started_at: _timestamp_pb2.Timestamp
     finished_at: _timestamp_pb2.Timestamp
-    def __init__(self, ok: _Optional[bool] = ..., code: _Optional[str] = ..., content: _Optional[str] = ..., metadata: _Optional[_Union[ResultMetadata, _Mapping]] = ..., exit_code: _Optional[int] = ..., stdout: _Optional[_Union[CapturedOutput, _Mapping]] = ..., stderr: _Optional[_Union[CapturedOutput, _Mapping]] = ..., verdict: _Optional[_Union[Verdict, _Mapping]] = ..., file_effects: _Optional[_Iterable[_Union[FileEffect, _Mapping]]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    network_effects: _containers.RepeatedCompositeFieldContainer[NetworkEffect]
+    def __init__(self, ok: _Optional[bool] = ..., code: _Optional[str] = ..., content: _Optional[str] = ..., metadata: _Optional[_Union[ResultMetadata, _Mapping]] = ..., exit_code: _Optional[int] = ..., stdout: _Optional[_Union[CapturedOutput, _Mapping]] = ..., stderr: _Optional[_Union[CapturedOutput, _Mapping]] = ..., verdict: _Optional[_Union[Verdict, _Mapping]] = ..., file_effects: _Optional[_Iterable[_Union[FileEffect, _Mapping]]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., network_effects: _Optional[_Iterable[_Union[NetworkEffect, _Mapping]]] = ...) -> None: ...
 
 class ResultMetadata(_message.Message):
     __slots__ = ("retryable", "idempotency", "replay_policy", "call_id", "status", "replayed", "run_id", "step_id")
@@ -233,7 +237,7 @@ class ResultMetadata(_message.Message):
     def __init__(self, retryable: _Optional[bool] = ..., idempotency: _Optional[_Union[Idempotency, str]] = ..., replay_policy: _Optional[_Union[ReplayPolicy, str]] = ..., call_id: _Optional[str] = ..., status: _Optional[_Union[CallStatus, str]] = ..., replayed: _Optional[bool] = ..., run_id: _Optional[str] = ..., step_id: _Optional[str] = ...) -> None: ...
 
 class Verdict(_message.Message):
-    __slots__ = ("idempotency", "replay_policy", "reason", "needs_network", "needs_approval", "parts", "deciding_part")
+    __slots__ = ("idempotency", "replay_policy", "reason", "needs_network", "needs_approval", "parts", "deciding_part", "destinations")
     IDEMPOTENCY_FIELD_NUMBER: _ClassVar[int]
     REPLAY_POLICY_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
@@ -241,6 +245,7 @@ class Verdict(_message.Message):
     NEEDS_APPROVAL_FIELD_NUMBER: _ClassVar[int]
     PARTS_FIELD_NUMBER: _ClassVar[int]
     DECIDING_PART_FIELD_NUMBER: _ClassVar[int]
+    DESTINATIONS_FIELD_NUMBER: _ClassVar[int]
     idempotency: Idempotency
     replay_policy: ReplayPolicy
     reason: str
@@ -248,10 +253,11 @@ class Verdict(_message.Message):
     needs_approval: bool
     parts: _containers.RepeatedCompositeFieldContainer[CommandPart]
     deciding_part: int
-    def __init__(self, idempotency: _Optional[_Union[Idempotency, str]] = ..., replay_policy: _Optional[_Union[ReplayPolicy, str]] = ..., reason: _Optional[str] = ..., needs_network: _Optional[bool] = ..., needs_approval: _Optional[bool] = ..., parts: _Optional[_Iterable[_Union[CommandPart, _Mapping]]] = ..., deciding_part: _Optional[int] = ...) -> None: ...
+    destinations: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, idempotency: _Optional[_Union[Idempotency, str]] = ..., replay_policy: _Optional[_Union[ReplayPolicy, str]] = ..., reason: _Optional[str] = ..., needs_network: _Optional[bool] = ..., needs_approval: _Optional[bool] = ..., parts: _Optional[_Iterable[_Union[CommandPart, _Mapping]]] = ..., deciding_part: _Optional[int] = ..., destinations: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class CommandPart(_message.Message):
-    __slots__ = ("program", "resolved_program", "argv", "span_start", "span_end", "idempotency", "replay_policy", "reason", "rule_id", "needs_network", "needs_approval", "arguments", "context")
+    __slots__ = ("program", "resolved_program", "argv", "span_start", "span_end", "idempotency", "replay_policy", "reason", "rule_id", "needs_network", "needs_approval", "arguments", "context", "destinations")
     PROGRAM_FIELD_NUMBER: _ClassVar[int]
     RESOLVED_PROGRAM_FIELD_NUMBER: _ClassVar[int]
     ARGV_FIELD_NUMBER: _ClassVar[int]
@@ -265,6 +271,7 @@ class CommandPart(_message.Message):
     NEEDS_APPROVAL_FIELD_NUMBER: _ClassVar[int]
     ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    DESTINATIONS_FIELD_NUMBER: _ClassVar[int]
     program: str
     resolved_program: str
     argv: _containers.RepeatedScalarFieldContainer[str]
@@ -278,7 +285,8 @@ class CommandPart(_message.Message):
     needs_approval: bool
     arguments: _containers.RepeatedCompositeFieldContainer[ArgumentFact]
     context: str
-    def __init__(self, program: _Optional[str] = ..., resolved_program: _Optional[str] = ..., argv: _Optional[_Iterable[str]] = ..., span_start: _Optional[int] = ..., span_end: _Optional[int] = ..., idempotency: _Optional[_Union[Idempotency, str]] = ..., replay_policy: _Optional[_Union[ReplayPolicy, str]] = ..., reason: _Optional[str] = ..., rule_id: _Optional[str] = ..., needs_network: _Optional[bool] = ..., needs_approval: _Optional[bool] = ..., arguments: _Optional[_Iterable[_Union[ArgumentFact, _Mapping]]] = ..., context: _Optional[str] = ...) -> None: ...
+    destinations: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, program: _Optional[str] = ..., resolved_program: _Optional[str] = ..., argv: _Optional[_Iterable[str]] = ..., span_start: _Optional[int] = ..., span_end: _Optional[int] = ..., idempotency: _Optional[_Union[Idempotency, str]] = ..., replay_policy: _Optional[_Union[ReplayPolicy, str]] = ..., reason: _Optional[str] = ..., rule_id: _Optional[str] = ..., needs_network: _Optional[bool] = ..., needs_approval: _Optional[bool] = ..., arguments: _Optional[_Iterable[_Union[ArgumentFact, _Mapping]]] = ..., context: _Optional[str] = ..., destinations: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ArgumentFact(_message.Message):
     __slots__ = ("index", "text", "kind", "note")
@@ -310,8 +318,28 @@ class FileEffect(_message.Message):
     from_rescan: bool
     def __init__(self, path: _Optional[str] = ..., kind: _Optional[_Union[EffectKind, str]] = ..., before_hash: _Optional[str] = ..., after_hash: _Optional[str] = ..., size: _Optional[int] = ..., renamed_from: _Optional[str] = ..., from_rescan: _Optional[bool] = ...) -> None: ...
 
+class NetworkEffect(_message.Message):
+    __slots__ = ("host", "port", "address", "method", "path", "bytes_sent", "bytes_received", "refused")
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    BYTES_SENT_FIELD_NUMBER: _ClassVar[int]
+    BYTES_RECEIVED_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_FIELD_NUMBER: _ClassVar[int]
+    host: str
+    port: int
+    address: str
+    method: str
+    path: str
+    bytes_sent: int
+    bytes_received: int
+    refused: str
+    def __init__(self, host: _Optional[str] = ..., port: _Optional[int] = ..., address: _Optional[str] = ..., method: _Optional[str] = ..., path: _Optional[str] = ..., bytes_sent: _Optional[int] = ..., bytes_received: _Optional[int] = ..., refused: _Optional[str] = ...) -> None: ...
+
 class LedgerEntry(_message.Message):
-    __slots__ = ("call_id", "run_id", "step_id", "tool_name", "input_hash", "status", "idempotency", "replay_policy", "idempotency_key", "command", "cwd", "workspace", "verdict", "file_effects", "network_granted", "exit_code", "code", "content", "stdout", "stderr", "timeout_seconds", "created_at", "started_at", "finished_at", "unexpected_writes", "effects_from_rescan", "note", "input_json", "effects_recorded", "output_json", "transitions", "output_omitted")
+    __slots__ = ("call_id", "run_id", "step_id", "tool_name", "input_hash", "status", "idempotency", "replay_policy", "idempotency_key", "command", "cwd", "workspace", "verdict", "file_effects", "network_granted", "exit_code", "code", "content", "stdout", "stderr", "timeout_seconds", "created_at", "started_at", "finished_at", "unexpected_writes", "effects_from_rescan", "note", "input_json", "effects_recorded", "output_json", "transitions", "output_omitted", "network_effects", "unexpected_network")
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     STEP_ID_FIELD_NUMBER: _ClassVar[int]
@@ -344,6 +372,8 @@ class LedgerEntry(_message.Message):
     OUTPUT_JSON_FIELD_NUMBER: _ClassVar[int]
     TRANSITIONS_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_OMITTED_FIELD_NUMBER: _ClassVar[int]
+    NETWORK_EFFECTS_FIELD_NUMBER: _ClassVar[int]
+    UNEXPECTED_NETWORK_FIELD_NUMBER: _ClassVar[int]
     call_id: str
     run_id: str
     step_id: str
@@ -376,7 +406,9 @@ class LedgerEntry(_message.Message):
     output_json: str
     transitions: _containers.RepeatedCompositeFieldContainer[Transition]
     output_omitted: bool
-    def __init__(self, call_id: _Optional[str] = ..., run_id: _Optional[str] = ..., step_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., input_hash: _Optional[str] = ..., status: _Optional[_Union[CallStatus, str]] = ..., idempotency: _Optional[_Union[Idempotency, str]] = ..., replay_policy: _Optional[_Union[ReplayPolicy, str]] = ..., idempotency_key: _Optional[str] = ..., command: _Optional[str] = ..., cwd: _Optional[str] = ..., workspace: _Optional[str] = ..., verdict: _Optional[_Union[Verdict, _Mapping]] = ..., file_effects: _Optional[_Iterable[_Union[FileEffect, _Mapping]]] = ..., network_granted: _Optional[bool] = ..., exit_code: _Optional[int] = ..., code: _Optional[str] = ..., content: _Optional[str] = ..., stdout: _Optional[_Union[CapturedOutput, _Mapping]] = ..., stderr: _Optional[_Union[CapturedOutput, _Mapping]] = ..., timeout_seconds: _Optional[float] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., unexpected_writes: _Optional[bool] = ..., effects_from_rescan: _Optional[bool] = ..., note: _Optional[str] = ..., input_json: _Optional[str] = ..., effects_recorded: _Optional[bool] = ..., output_json: _Optional[str] = ..., transitions: _Optional[_Iterable[_Union[Transition, _Mapping]]] = ..., output_omitted: _Optional[bool] = ...) -> None: ...
+    network_effects: _containers.RepeatedCompositeFieldContainer[NetworkEffect]
+    unexpected_network: bool
+    def __init__(self, call_id: _Optional[str] = ..., run_id: _Optional[str] = ..., step_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., input_hash: _Optional[str] = ..., status: _Optional[_Union[CallStatus, str]] = ..., idempotency: _Optional[_Union[Idempotency, str]] = ..., replay_policy: _Optional[_Union[ReplayPolicy, str]] = ..., idempotency_key: _Optional[str] = ..., command: _Optional[str] = ..., cwd: _Optional[str] = ..., workspace: _Optional[str] = ..., verdict: _Optional[_Union[Verdict, _Mapping]] = ..., file_effects: _Optional[_Iterable[_Union[FileEffect, _Mapping]]] = ..., network_granted: _Optional[bool] = ..., exit_code: _Optional[int] = ..., code: _Optional[str] = ..., content: _Optional[str] = ..., stdout: _Optional[_Union[CapturedOutput, _Mapping]] = ..., stderr: _Optional[_Union[CapturedOutput, _Mapping]] = ..., timeout_seconds: _Optional[float] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., unexpected_writes: _Optional[bool] = ..., effects_from_rescan: _Optional[bool] = ..., note: _Optional[str] = ..., input_json: _Optional[str] = ..., effects_recorded: _Optional[bool] = ..., output_json: _Optional[str] = ..., transitions: _Optional[_Iterable[_Union[Transition, _Mapping]]] = ..., output_omitted: _Optional[bool] = ..., network_effects: _Optional[_Iterable[_Union[NetworkEffect, _Mapping]]] = ..., unexpected_network: _Optional[bool] = ...) -> None: ...
 
 class Transition(_message.Message):
     __slots__ = ("at", "status", "detail")
@@ -495,18 +527,22 @@ class ContainmentControl(_message.Message):
     def __init__(self, control: _Optional[str] = ..., state: _Optional[str] = ...) -> None: ...
 
 class WorkspaceStatus(_message.Message):
-    __slots__ = ("root", "state", "files_done", "files_total", "note")
+    __slots__ = ("root", "state", "files_done", "files_total", "note", "path", "path_notes")
     ROOT_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     FILES_DONE_FIELD_NUMBER: _ClassVar[int]
     FILES_TOTAL_FIELD_NUMBER: _ClassVar[int]
     NOTE_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    PATH_NOTES_FIELD_NUMBER: _ClassVar[int]
     root: str
     state: str
     files_done: int
     files_total: int
     note: str
-    def __init__(self, root: _Optional[str] = ..., state: _Optional[str] = ..., files_done: _Optional[int] = ..., files_total: _Optional[int] = ..., note: _Optional[str] = ...) -> None: ...
+    path: str
+    path_notes: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, root: _Optional[str] = ..., state: _Optional[str] = ..., files_done: _Optional[int] = ..., files_total: _Optional[int] = ..., note: _Optional[str] = ..., path: _Optional[str] = ..., path_notes: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ReloadRulesRequest(_message.Message):
     __slots__ = ()

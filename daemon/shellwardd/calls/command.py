@@ -12,10 +12,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from shellward.types import CallStatus, Code, Idempotency, LedgerEntry, Verdict
+from shellward.types import ArgumentKind, CallStatus, Code, Idempotency, LedgerEntry, Verdict
 from shellwardd import requests
+from shellwardd.classifier.toolchains import NO_TOOLCHAINS, Toolchains
 from shellwardd.config import Config, merge_limits
-from shellwardd.errors import InvalidArgument
+from shellwardd.egress.policy import EgressPolicy, as_network, url_host
+from shellwardd.errors import InvalidArgument, PermissionDenied
+from shellwardd.outcomes import reconcile_network
 from shellwardd.requests import TOOL_RUN_COMMAND, CommandRequest
 from shellwardd.sandbox import ProcessOutcome, Sandbox, SandboxSpec
 from shellwardd.staging.area import StagingArea
@@ -33,11 +36,13 @@ class CommandKind:
         config: Config,
         classify: Classify,
         sandbox: Sandbox,
+        toolchains: Toolchains = NO_TOOLCHAINS,
         staging: StagingArea | None = None,
     ) -> None:
         self._config = config
         self._classify = classify
         self._sandbox = sandbox
+        self._toolchains = toolchains
         # None: commands write the workspace directly (no sandbox to mount an overlay in).
         self._staging = staging
 
@@ -64,22 +69,32 @@ class CommandKind:
         timeout = requests.check_timeout(self._config, request.timeout_seconds)
         requests.check_command(request.command)
         requests.check_env(request.env)
+        requests.check_stdin(request.stdin)
         workspace, cwd = requests.resolve_cwd(self._config, request.cwd)
         verdict = self.classify(request.command, cwd, workspace, request.env)
+        verdict, asked = self._destinations(verdict)
         entry = replace(
             entry,
             cwd=str(cwd),
             workspace=str(workspace),
-            network_granted=request.network or verdict.needs_network,
+            # The verdict decides; a request's `network` only asks (docs/network.md).
+            network_granted=verdict.needs_network,
+            note="; ".join(
+                filter(None, [entry.note, _network_note(request.network, verdict.needs_network)])
+            ),
             timeout_seconds=timeout,
             input_json=requests.to_json(request),
         )
-        approval = (
-            f"This command needs a human's approval before its first run ({verdict.reason}). "
-            "Nothing ran yet."
-            if verdict.needs_approval
-            else ""
-        )
+        approval = " ".join(
+            filter(None, [
+                f"This command needs a human's approval before its first run ({verdict.reason})."
+                if verdict.needs_approval else "",
+                f"It asks for {', '.join(asked)}, not on its allow-list: a human's approval "
+                "lets this call reach it (or the operator adds it with --allow-domain)."
+                if asked else "",
+            ])
+        )  # fmt: skip
+        approval += " Nothing ran yet." if approval else ""
         return Plan(entry, verdict, self._execution(request, verdict.idempotency), approval)
 
     def resume(self, entry: LedgerEntry) -> Execution:
@@ -90,12 +105,52 @@ class CommandKind:
             outcome = self._sandbox.run(
                 self._spec(started, request), listener.output, cancel, call_id=started.call_id
             )
-            return finished_entry(started, outcome, time.time(), cancel.why)
+            final = finished_entry(started, outcome, time.time(), cancel.why)
+            return reconcile_network(final, outcome.network_effects)
 
         return Execution(
             work,
             exclusive=idempotency is not Idempotency.IDEMPOTENT,
             staged=self._staging is not None,
+        )
+
+    def _destinations(self, verdict: Verdict) -> tuple[Verdict, list[str]]:
+        """The hosts the command's URL arguments name that its allow-list lacks: one the
+        operator denies refuses the call; the others ask a human, whose approval adds them
+        to this call's destinations."""
+        if not verdict.needs_network:
+            return verdict, []
+        policy = self._egress_policy(verdict)
+        named = [
+            host
+            for part in verdict.parts
+            if part.needs_network
+            for fact in part.arguments
+            if fact.kind is ArgumentKind.NETWORK and (host := url_host(fact.text))
+        ]
+        for host in named:
+            if policy.denies(host):
+                raise PermissionDenied(
+                    f"This command asks for {host}, which the operator denies (--deny-domain); "
+                    "nothing ran. Use another destination, or ask the user."
+                )
+            if as_network(host) is not None and policy.refuse_name(host):
+                raise PermissionDenied(
+                    f"This command asks for the address {host}; only the operator can allow an "
+                    f"address (--allow-domain {host}). Nothing ran: use the service's name, or "
+                    "ask the user."
+                )
+        asked = [h for h in dict.fromkeys(named) if policy.refuse_name(h)]
+        return replace(verdict, destinations=(*verdict.destinations, *asked)), asked
+
+    def _egress_policy(self, verdict: Verdict | None) -> EgressPolicy:
+        """Where a call granted network may go: its rules' destinations and the operator's
+        allow-list, less the operator's denials."""
+        config = self._config
+        return EgressPolicy(
+            domains=frozenset(verdict.destinations if verdict else ()),
+            operator=frozenset(config.allow_domains),
+            denied=frozenset(config.deny_domains),
         )
 
     def _spec(self, started: LedgerEntry, request: CommandRequest) -> SandboxSpec:
@@ -107,15 +162,25 @@ class CommandKind:
             workspace=workspace,
             cwd=Path(started.cwd),
             env={**request.env, "SHELLWARD_CALL_ID": started.call_id},
-            network=started.network_granted,
+            network=self._egress_policy(started.verdict) if started.network_granted else None,
             timeout=started.timeout_seconds,
             limits=merge_limits(self._config.limits, request.limits),
             output_cap=self._config.output_cap_bytes,
             hidden=(self._config.state_dir, self._config.socket.parent),
             read_only=(workspace / COOKIE_DIR,),
-            toolchains=self._config.toolchains,
+            toolchains=tuple(Path(t.path) for t in self._toolchains.for_workspace(str(workspace))),
+            stdin=request.stdin,
             staged=self._staging.dirs(started.call_id) if self._staging else None,
         )
+
+
+def _network_note(asked: bool, needed: bool) -> str:
+    if asked and not needed:
+        return (
+            "network was asked for, but no part of this command needs it by the rules, so it "
+            "ran without network"
+        )
+    return ""
 
 
 def finished_entry(

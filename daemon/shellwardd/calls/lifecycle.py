@@ -15,6 +15,13 @@ Choices, and why
   not fit), so the answer and the row agree.
 - **Started before the effect.** ``started`` is committed (fsync'd) before the work runs;
   if that commit fails, nothing ran and the answer says so.
+- **One commit for a call that waits for nothing.** A new call whose workspace and running
+  slot are free at once is recorded ``planned`` and ``started`` in one transaction, after
+  both are taken (one fsync instead of two, the same history). A call that must wait (a
+  busy or still indexing workspace) or was cancelled already takes the two-step path, so
+  that it is visible while it waits; so does one whose combined commit fails (the planned
+  row may still be written, and the failure with it), except for a busy ledger, which is
+  answered at once as for the planned record: nothing recorded, nothing ran.
 - **Errors are the daemon's tree.** A kind raises :class:`~shellwardd.errors.ShellwardError`
   for anything the caller can fix or wait out; before the record that is a ``failed`` row
   with the error's code and sentence. A busy or failing ledger before the record leaves
@@ -45,6 +52,7 @@ from shellward.types import (
 from shellwardd import outcomes, requests
 from shellwardd.errors import (
     Interrupted,
+    LedgerBusy,
     LedgerError,
     PermissionDenied,
     ShellwardError,
@@ -54,6 +62,7 @@ from shellwardd.ledger import KeyTaken, LedgerStore
 from shellwardd.outcomes import reconcile, refusal, result_from_entry
 from shellwardd.replay import Action, key_taken
 from shellwardd.requests import ToolRequest
+from shellwardd.staging import preview
 from shellwardd.staging.area import StagedDirs, StagingError
 from shellwardd.staging.stager import Stager
 from shellwardd.watch import CallEffects, CallWatch, WorkspaceMonitor
@@ -236,6 +245,10 @@ class Tracker:
         return len(cancelled)
 
 
+class _MustWait(Exception):
+    """The workspace cannot take the call at once (busy, indexing, or failing)."""
+
+
 class _Window:
     """A call's watch window on its workspace; closing it twice is a no-op."""
 
@@ -249,18 +262,40 @@ class _Window:
 
 
 class _Staged:
-    """A staged call's view of its workspace and its overlay; :meth:`close` settles it."""
+    """A staged call's view of its workspace and its overlay; :meth:`settle` commits it.
+    Without a view it is an approved preview: :meth:`commit_preview` commits its result."""
 
     def __init__(
-        self, stager: Stager, monitor: WorkspaceMonitor, view: StagedView, dirs: StagedDirs
+        self,
+        stager: Stager,
+        monitor: WorkspaceMonitor,
+        view: StagedView | None,
+        dirs: StagedDirs,
     ) -> None:
         self._stager = stager
         self._monitor = monitor
         self._view = view
         self._dirs = dirs
+        self._settled = False
+
+    @property
+    def previewed(self) -> bool:
+        return self._view is None
 
     def settle(self, final: LedgerEntry) -> LedgerEntry:
+        self._settled = True  # whatever happens now, the commit journal or settle decides
         return self._stager.settle(final, self._dirs, self._view, self._monitor)
+
+    def commit_preview(self, started: LedgerEntry) -> LedgerEntry:
+        final, effects = preview.load(self._dirs.root, started)
+        final = replace(final, finished_at=time.time())
+        return self._stager.settle(final, self._dirs, None, self._monitor, effects)
+
+    def release(self) -> None:
+        """Discard the overlay when no command ran in it (the call stopped before it
+        started, or its first attempt to start fell back to the waiting path)."""
+        if not self._settled and self._view is not None:
+            self._stager.area.discard(self._dirs)
 
 
 class Lifecycle:
@@ -301,6 +336,7 @@ class Lifecycle:
             plan.entry, verdict=verdict, idempotency=verdict.idempotency,
             replay_policy=verdict.replay_policy,
         )  # fmt: skip
+        first_run = approval is None and bool(plan.approval)
         if approval is None and plan.approval:
             approval = (Code.NEEDS_APPROVAL, outcomes.ask_approval(call_id, plan.approval))
         if approval is not None:
@@ -310,12 +346,45 @@ class Lifecycle:
             if taken is not None:
                 return taken
             listener.accepted(call_id, verdict)
+            if first_run and plan.execution.staged and not entry.network_granted:
+                entry = self._preview(entry, plan.execution)
             return result_from_entry(entry)
-        taken = self._record_new(entry, "")
-        if taken is not None:
-            return taken
-        listener.accepted(call_id, verdict)
-        return self.run(entry, plan.execution, listener)
+        return self._run_new(entry, verdict, plan.execution, listener)
+
+    def _preview(self, entry: LedgerEntry, execution: Execution) -> LedgerEntry:
+        """Run a call waiting for its first approval staged (staging/preview.py) and put its
+        file changes in the pending sentence; the entry unchanged when no preview can run."""
+        monitor = self._monitors.get(Path(entry.workspace))
+        if self._stager is None or monitor is None:
+            return entry
+        try:
+            view = monitor.begin_staged(timeout=entry.timeout_seconds)
+        except (TimeoutError, ShellwardError):
+            return entry
+        try:
+            dirs = self._stager.area.create(
+                entry.call_id, Path(entry.workspace), self._stager.sandbox_owner
+            )
+            with self._tracker.running(entry.call_id) as cancel:
+                final = execution.work(entry, cancel, Silent())
+            diff = self._stager.preview(final, dirs, view)
+        except Exception:
+            log.exception("the preview failed", extra={"call_id": entry.call_id})
+            self.discard_preview(entry.call_id)
+            return entry
+        finally:
+            view.close()
+        if diff is None:
+            return entry
+        content = outcomes.previewed(entry.content, diff)
+        if not self._ledger.annotate_pending(entry.call_id, content, "previewed: writes staged"):
+            return entry
+        return replace(entry, content=content)
+
+    def discard_preview(self, call_id: str) -> None:
+        """Remove what a preview staged (its approval was denied)."""
+        if self._stager is not None:
+            self._stager.area.discard(self._stager.area.dirs(call_id))
 
     def _record_new(self, entry: LedgerEntry, detail: str) -> CommandResult | None:
         """Record a new attempt; the answer instead when its business idempotency key
@@ -324,14 +393,55 @@ class Lifecycle:
         try:
             self._ledger.record(entry, detail)
         except KeyTaken as taken:
-            log.info("business key taken", extra={"call_id": entry.call_id,
-                                                  "holder": taken.holder.call_id})  # fmt: skip
-            decision = key_taken(taken.key, taken.holder)
-            if decision.action is Action.RETURN_RECORDED:
-                return result_from_entry(taken.holder, replayed=True)
-            holder = taken.holder
-            return refusal(decision, holder.call_id, (holder.run_id, holder.step_id), holder)
+            return self._key_taken(entry, taken)
         return None
+
+    def _key_taken(self, entry: LedgerEntry, taken: KeyTaken) -> CommandResult:
+        log.info("business key taken", extra={"call_id": entry.call_id,
+                                              "holder": taken.holder.call_id})  # fmt: skip
+        decision = key_taken(taken.key, taken.holder)
+        if decision.action is Action.RETURN_RECORDED:
+            return result_from_entry(taken.holder, replayed=True)
+        holder = taken.holder
+        return refusal(decision, holder.call_id, (holder.run_id, holder.step_id), holder)
+
+    def _run_new(
+        self, entry: LedgerEntry, verdict: Verdict, execution: Execution, listener: CallListener
+    ) -> CommandResult:
+        """A new call: recorded and started in one commit when nothing is in its way, else
+        recorded, then :meth:`run` (which waits, and records whatever stops it)."""
+        cancelled: str | None = None
+        with contextlib.ExitStack() as taken:
+            try:
+                window, free = self._open_window(entry, execution, taken, wait=False), True
+            except (_MustWait, ShellwardError):
+                window, free = None, False  # the two-step path waits, or records why not
+            if free:
+                cancel = taken.enter_context(self._tracker.running(entry.call_id))
+                if cancel.is_set():
+                    cancelled = cancel.why
+                else:
+                    started_at = time.time()
+                    try:
+                        self._ledger.record_started(entry, started_at)
+                    except KeyTaken as exc:
+                        return self._key_taken(entry, exc)
+                    except LedgerBusy:
+                        raise  # as for the planned record: nothing recorded, nothing ran
+                    except LedgerError:
+                        pass  # the two-step path records the call, or says it cannot
+                    else:
+                        listener.accepted(entry.call_id, verdict)
+                        started = replace(entry, status=CallStatus.STARTED, started_at=started_at)
+                        final = self._execute(execution, started, cancel, listener, window)
+                        return self._finish(final)
+        if cancelled is not None:  # taking the slot consumed the cancel: run() ends the call
+            self._tracker.cancel(entry.call_id, cancelled)
+        refused = self._record_new(entry, "")
+        if refused is not None:
+            return refused
+        listener.accepted(entry.call_id, verdict)
+        return self.run(entry, execution, listener)
 
     def resume(self, kind: Kind, entry: LedgerEntry) -> CommandResult:
         """Run a recorded call a human approved."""
@@ -363,8 +473,14 @@ class Lifecycle:
             return self._finish(final)
 
     def _open_window(
-        self, entry: LedgerEntry, execution: Execution, taken: contextlib.ExitStack
+        self,
+        entry: LedgerEntry,
+        execution: Execution,
+        taken: contextlib.ExitStack,
+        wait: bool = True,
     ) -> _Window | _Staged | None:
+        """The call's watch window or overlay (None: nothing to watch). ``wait=False``: only
+        if the workspace is free now, else :class:`_MustWait`."""
         if not execution.watch:
             return None
         monitor = self._monitors.get(Path(entry.workspace))
@@ -372,25 +488,37 @@ class Lifecycle:
             raise PermissionDenied(
                 f"{entry.workspace} is no longer one of the daemon's workspaces; nothing ran."
             )
+        timeout = entry.timeout_seconds if wait else 0.0
         try:
             if execution.staged and self._stager is not None:
-                view = monitor.begin_staged(timeout=entry.timeout_seconds)
+                if self._stager.has_preview(entry.call_id):  # approved: commit its result
+                    dirs = self._stager.area.dirs(entry.call_id)
+                    return _Staged(self._stager, monitor, None, dirs)
+                view = monitor.begin_staged(timeout=timeout)
                 taken.callback(view.close)
                 dirs = self._stager.area.create(
                     entry.call_id, Path(entry.workspace), self._stager.sandbox_owner
                 )
-                return _Staged(self._stager, monitor, view, dirs)
-            watch = monitor.begin_call(exclusive=execution.exclusive, timeout=entry.timeout_seconds)
+                staged = _Staged(self._stager, monitor, view, dirs)
+                taken.callback(staged.release)
+                return staged
+            watch = monitor.begin_call(exclusive=execution.exclusive, timeout=timeout)
         except TimeoutError as exc:  # IndexNotReady too: still indexing
+            if not wait:
+                raise _MustWait from exc
             progress = monitor.progress()
             raise Unavailable(
                 outcomes.workspace_busy(entry, progress.files_done, progress.files_total)
             ) from exc
         except ShellwardError as exc:  # WatchError: the index failed
+            if not wait:
+                raise _MustWait from exc
             log.error("workspace cannot be watched", extra={"call_id": entry.call_id,
                                                             "problem": exc.message})  # fmt: skip
             raise Unavailable(outcomes.unwatchable(entry, exc.message)) from exc
         except StagingError as exc:
+            if not wait:
+                raise _MustWait from exc
             raise Unavailable(outcomes.unstageable(entry, str(exc))) from exc
         window = _Window(monitor, watch)
         taken.callback(window.close)
@@ -405,6 +533,12 @@ class Lifecycle:
         window: _Window | _Staged | None,
     ) -> LedgerEntry:
         """Do the work and observe its effects; never raises."""
+        if isinstance(window, _Staged) and window.previewed:
+            try:
+                return window.commit_preview(started)
+            except Exception:
+                log.exception("the preview's commit failed", extra={"call_id": started.call_id})
+                return outcomes.commit_failed(outcomes.crashed(started, time.time()))
         try:
             final = execution.work(started, cancel, listener)
         except Exception:

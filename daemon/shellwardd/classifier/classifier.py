@@ -13,7 +13,7 @@ from shellward.types import CommandPart, Idempotency, ReplayPolicy, Verdict
 from .engine import RANK, Analyzer
 from .parse import is_blank
 from .ruleset import RepoRules, RuleIndex, RuleSet
-from .toolchains import Toolchain
+from .toolchains import NO_TOOLCHAINS, Toolchain, Toolchains
 
 # Longer input is refused (fail closed) rather than handed to a parser of unknown cost.
 MAX_COMMAND_CHARS = 65536
@@ -22,9 +22,9 @@ MAX_COMMAND_CHARS = 65536
 class Classifier:
     """Classifies commands with one RuleSet; safe to share between threads."""
 
-    def __init__(self, rules: RuleSet, toolchains: Sequence[Toolchain] = ()) -> None:
+    def __init__(self, rules: RuleSet, toolchains: Toolchains = NO_TOOLCHAINS) -> None:
         self.rules = rules
-        self.toolchains = tuple(toolchains)
+        self.toolchains = toolchains
 
     def classify(
         self,
@@ -48,7 +48,7 @@ class Classifier:
             cwd=cwd,
             workspace=workspace,
             env=env or {},
-            toolchains=self.toolchains,
+            toolchains=self.toolchains.for_workspace(workspace),
         )
         if scope.broken is None:
             return verdict
@@ -120,6 +120,7 @@ def _verdict(command: str, parts: list[CommandPart]) -> Verdict:
         needs_approval=any(p.needs_approval for p in parts),
         parts=tuple(parts),
         deciding_part=deciding,
+        destinations=tuple(dict.fromkeys(d for p in parts for d in p.destinations)),
     )
 
 

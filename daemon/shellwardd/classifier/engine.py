@@ -41,7 +41,7 @@ from .parse import Redirect, SimpleCommand, Word, join_context, parse
 from .rules import Condition, Role, Rule
 from .ruleset import ProgramRules, RuleIndex
 from .scripts import READERS
-from .toolchains import Toolchain, first_program
+from .toolchains import Toolchain, distrust, first_program
 
 NEVER = (Idempotency.NON_IDEMPOTENT, ReplayPolicy.NEVER)
 # Strictness ranks, looked up instead of the enums' own ordering (which lists the members
@@ -245,6 +245,8 @@ class _Judgement:
     rule_id: str
     network: bool = False
     approval: bool = False
+    # The destinations the deciding rule names (its allow-list when it has network).
+    hosts: tuple[str, ...] = ()
     facts: dict[int, ArgumentFact] = field(default_factory=dict)
     # Inner commands to classify as parts of their own: (kind, context, start, end).
     inner: list[tuple[str, str, int, int]] = field(default_factory=list)
@@ -288,7 +290,7 @@ class Analyzer:
     source: str = ""  # the original command string, to map spans of re-parsed code
     # Repository configuration hazards, read once per git directory per command.
     git_hazards: dict[str, list[gitconfig.Hazard]] = field(default_factory=dict)
-    # The operator's toolchain directories, first on the sandbox's PATH.
+    # The call's toolchain directories, first on the sandbox's PATH in this order.
     toolchains: tuple[Toolchain, ...] = ()
 
     def code(
@@ -411,6 +413,7 @@ class Analyzer:
                 needs_approval=j.approval,
                 arguments=tuple(j.facts[k] for k in sorted(j.facts)),
                 context=context,
+                destinations=j.hosts if j.network else (),
             )
         )
 
@@ -566,14 +569,17 @@ class Analyzer:
         """(resolved program, lookup keys, why it cannot be trusted or "")."""
         if "/" not in name:
             found = first_program(self.toolchains, name)
-            if found is not None and found[1].agent_writable:
+            if found is None or not found[1].agent_writable:
+                return name, (name,), ""
+            why = distrust(found[1], name, found[0])
+            if why:
                 return (
                     found[0],
                     (),
                     f"runs `{name}`, which is {found[0]}, in a toolchain inside a workspace: "
-                    "the file tools can replace it, so rules never trust it",
+                    + why,
                 )
-            return name, (name,), ""
+            return found[0], (name,), ""
         if name.startswith("~"):
             return (
                 name,
@@ -657,6 +663,7 @@ class Analyzer:
             rule.qualified_id,
             rule.network,
             rule.approval,
+            rule.hosts,
         )
         judgement.fact(0, texts[0], ArgumentKind.PROGRAM)
         if sub:
@@ -712,6 +719,14 @@ class Analyzer:
                 if key not in self.git_hazards:
                     self.git_hazards[key] = gitconfig.hazards(directory)
                 found.extend(self.git_hazards[key])
+        if j.network:
+            # git's network commands reach the URL they are given or the repository's remotes.
+            named = [gitconfig.url_host(text) for text in texts[1:]]
+            for start in starts if explicit is None else explicit:
+                directory = gitconfig.git_dir(start) if explicit is None else Path(start)
+                if directory is not None:
+                    named += gitconfig.remote_hosts(directory)
+            j.hosts = tuple(dict.fromkeys([*j.hosts, *filter(None, named)]))
         if found:
             more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
             j.raise_to(

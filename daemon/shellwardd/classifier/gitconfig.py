@@ -124,6 +124,39 @@ def hazards(gitdir: Path) -> list[Hazard]:
     return found
 
 
+# scheme://[user@]host[:port]/… and scp-like [user@]host:path (not a Windows drive).
+_URL = re.compile(r"^[a-z][a-z0-9+.-]*://(?:[^@/]*@)?(\[[^\]]+\]|[^:/?#]+)", re.IGNORECASE)
+_SCP = re.compile(r"^(?:[^@/:]+@)?([a-z0-9.-]{2,}):(?!//)", re.IGNORECASE)
+
+
+def url_host(text: str) -> str:
+    """The host a git URL names ("" for a local path or a remote's name)."""
+    found = _URL.match(text) or _SCP.match(text)
+    if found is None or text.startswith("file:"):
+        return ""
+    return found.group(1).strip("[]").lower()
+
+
+def remote_hosts(gitdir: Path) -> list[str]:
+    """The hosts git's network commands in this repository may contact: its remotes'
+    ``url`` and ``pushurl``, and the bases of ``url.<base>.insteadOf`` rewrites (where git
+    really goes). A configuration that cannot be read names none: fail closed."""
+    hosts: list[str] = []
+    try:
+        text = _read(gitdir / "config").decode("utf-8", errors="replace")
+        entries = _entries(text, str(gitdir / "config"))
+    except (OSError, _Broken):
+        return []
+    for key, value, _ in entries:
+        section, _, name = key.rpartition(".")
+        top, _, sub = section.partition(".")
+        if top == "remote" and name in ("url", "pushurl"):
+            hosts.append(url_host(value))
+        elif top == "url" and name in ("insteadof", "pushinsteadof"):
+            hosts.append(url_host(sub))
+    return [host for host in dict.fromkeys(hosts) if host]
+
+
 def _scan(path: Path, found: list[Hazard], depth: int) -> None:
     if depth > MAX_INCLUDE_DEPTH:
         raise _Broken(str(path), f"includes nested more than {MAX_INCLUDE_DEPTH} deep")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from shellward.types import ReloadOutcome, Verdict
@@ -17,15 +17,15 @@ from .classifier import Classifier
 from .loading import load_repo_rules
 from .rules import RuleFileError
 from .ruleset import RepoRules, RuleSet
-from .toolchains import Toolchain
+from .toolchains import NO_TOOLCHAINS, Toolchains
 
 log = logging.getLogger("shellwardd.rules")
 
 
 class LiveRules:
-    def __init__(self, load: Callable[[], RuleSet], toolchains: Sequence[Toolchain] = ()) -> None:
+    def __init__(self, load: Callable[[], RuleSet], toolchains: Toolchains = NO_TOOLCHAINS) -> None:
         self._load = load
-        self._toolchains = tuple(toolchains)
+        self._toolchains = toolchains
         rules = load()  # RuleFileError here means: refuse to start
         self._classifier = Classifier(rules, self._toolchains)
         self._sources = rules.files

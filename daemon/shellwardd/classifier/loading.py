@@ -121,6 +121,10 @@ def _widenings(rules: Sequence[Rule], below: RuleIndex) -> list[RuleFileError]:
             problems.append(
                 RuleFileError(rule.path, line, f"`network = true` grants network: {untrusted}")
             )
+        if rule.hosts:
+            problems.append(
+                RuleFileError(rule.path, rule.line, f"`hosts` names destinations: {untrusted}")
+            )
         if rule.approval_off or any(c.approval_off for c in rule.when):
             line = next((c.line for c in rule.when if c.approval_off), rule.line)
             problems.append(

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
 from shellward.types import ArgumentKind, Idempotency, ReplayPolicy
+from shellwardd.egress.policy import as_network, check_entry
 from shellwardd.errors import RuleFileError
 from shellwardd.tomlfile import Block, TomlFile
 
@@ -102,6 +103,8 @@ class Rule:
     match: tuple[str, ...]
     not_match: tuple[str, ...]
     approval_off: bool = False  # `approval = false` written out: a widening in a repo file
+    # The destinations the program needs when it has network (its allow-list).
+    hosts: tuple[str, ...] = ()
     # Derived at load for the tokenizer: every flag that takes a value, and the single-dash
     # flags longer than one letter (`-exec`, `-delete`) that must not be read as clusters.
     takes_value: frozenset[str] = frozenset()
@@ -123,7 +126,7 @@ _RULE_FIELDS = _VERDICT_FIELDS | {
     "id", "program", "subcommand", "args", "first_args", "first_args_unless", "last_arg",
     "value_flags", "value_roles", "wraps", "wrap_skip", "wrap_unless", "wrap_appends", "code_flag",
     "code_args", "exec_segments", "script", "subcommand_flag",
-    "repo_config", "when", "match", "not_match",
+    "repo_config", "when", "match", "not_match", "hosts",
 }  # fmt: skip
 _CONDITION_FIELDS = _VERDICT_FIELDS | {
     "flags", "unless_flags", "values", "unless_values", "min_args", "arg_regex", "args",
@@ -278,6 +281,7 @@ def _read_rule(r: _Reader, source: str) -> Rule:
         script=_script(r, roles.values(), first_args),
         subcommand_flag=r.get("subcommand_flag", str, ""),
         repo_config=_repo_config(r),
+        hosts=_hosts(r),
         when=(),
         match=r.strings("match"),
         not_match=r.strings("not_match"),
@@ -319,6 +323,24 @@ def _script(r: _Reader, roles: Iterable[Role], first_args: tuple[Role, ...]) -> 
     if not language and (Role.SCRIPT in uses or "script" in uses):
         r.fail(r.block[0], "a `script` role needs `script` to name the language (`sed`)")
     return str(language)
+
+
+def _hosts(r: _Reader) -> tuple[str, ...]:
+    """A rule's destinations: domain names only (addresses are the operator's to name)."""
+    hosts = []
+    for entry in r.strings("hosts"):
+        try:
+            host = check_entry(entry)
+        except ValueError as exc:
+            r.fail(r.line_of("hosts"), f"invalid `hosts` entry: {exc}")
+        if as_network(host) is not None:
+            r.fail(
+                r.line_of("hosts"),
+                f"`hosts` names domains only, not {entry!r}: an address is the operator's to "
+                "allow (--allow-domain)",
+            )
+        hosts.append(host)
+    return tuple(hosts)
 
 
 def _repo_config(r: _Reader) -> str:

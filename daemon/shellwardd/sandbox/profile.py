@@ -19,6 +19,8 @@ Choices, and why:
   operator allows writes: what a command writes there would run later, outside. ``.git``
   itself is bound over itself (read-write): a mount point cannot be renamed, so the
   command cannot swap in a copy with a writable config.
+- **Never the host's network namespace.** ``--unshare-all`` gives every call its own,
+  with only ``lo``; a call with network gets its proxy socket bound in (:mod:`shellwardd.egress`).
 - **/tmp and /var/tmp** are tmpfs of a bounded size (``--size``): they live in RAM,
   outside every rlimit.
 """
@@ -31,9 +33,18 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from shellwardd.egress import relay
+
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # The environment of every process the daemon starts outside the sandbox.
 BASE_ENV = {"PATH": BASE_PATH, "LANG": "C.UTF-8"}
+
+
+def sandbox_path(toolchains: Iterable[str | Path]) -> str:
+    """The command's PATH: the toolchain directories first, then the system's."""
+    return ":".join([*map(str, toolchains), BASE_PATH])
+
+
 # Inside the sandbox, the user id the command sees (its host uid is the daemon's own, or
 # --sandbox-uid for a root daemon).
 INNER_UID = 1000
@@ -115,7 +126,7 @@ def bwrap_args(
     workspace_source: Path,
     cwd: Path,
     env: Mapping[str, str],
-    network: bool,
+    egress_socket: Path | None,
     tmp_bytes: int,
     identity: Identity,
     as_root: bool,
@@ -140,8 +151,9 @@ def bwrap_args(
         "--new-session",
         "--clearenv",
     ]  # fmt: skip
-    if network:
-        args.append("--share-net")
+    if egress_socket is not None:
+        # Still its own network namespace (--unshare-all): the proxy socket is the way out.
+        args += relay.bwrap_args(egress_socket)
     for path in hidden:
         if _is_inside(path, workspace) or _is_inside(workspace, path):
             continue

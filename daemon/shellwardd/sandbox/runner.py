@@ -19,6 +19,8 @@ The profile is :mod:`.profile`'s; this module starts it and ends it. Choices, an
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -32,8 +34,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from shellward.types import CapturedOutput, ContainmentControl, OutputChunk, Stream
+from shellward.types import CapturedOutput, ContainmentControl, NetworkEffect, OutputChunk, Stream
 from shellwardd.config import DEFAULT_HIDDEN, Limits
+from shellwardd.egress import relay
+from shellwardd.egress.policy import EgressPolicy
+from shellwardd.egress.proxy import CallEgress, EgressProxy, Resolver, system_resolver
 from shellwardd.errors import SandboxUnavailable
 from shellwardd.sandbox.cgroup import CallCgroup, Cgroups
 from shellwardd.sandbox.idmap import (
@@ -43,9 +48,16 @@ from shellwardd.sandbox.idmap import (
     private_mount_namespace,
     remove_stale,
 )
-from shellwardd.sandbox.profile import BASE_ENV, Identity, bwrap_args, git_protected, hidden_paths
+from shellwardd.sandbox.profile import (
+    BASE_ENV,
+    Identity,
+    bwrap_args,
+    git_protected,
+    hidden_paths,
+    sandbox_path,
+)
 from shellwardd.sandbox.seccomp import Filter, SeccompUnavailable, build_filter
-from shellwardd.staging.area import StagedDirs, StagingError
+from shellwardd.staging.area import StagedDirs, StagingArea, StagingError
 
 # After the command exits, how long to wait for stray writers to close the pipes.
 _DRAIN_SECONDS = 2.0
@@ -72,7 +84,8 @@ class SandboxSpec:
     workspace: Path
     cwd: Path
     env: Mapping[str, str]
-    network: bool
+    # The call's allow-list; None: no network at all.
+    network: EgressPolicy | None
     timeout: float
     limits: Limits
     output_cap: int
@@ -81,16 +94,19 @@ class SandboxSpec:
     # Paths inside the workspace the command may read but not write (the write
     # detector's cookie directory: a forged cookie would close a call's window early).
     read_only: Sequence[Path] = ()
-    # The operator's toolchain directories: first on PATH, and read-only even inside the
-    # workspace, so that no command can replace the program a later `pytest` runs.
+    # The call's toolchain directories (the operator's, the workspace's, the user's), first
+    # on PATH in this order, and read-only even inside the workspace, so that no command
+    # can replace the program a later `pytest` runs.
     toolchains: Sequence[Path] = ()
+    # The command's standard input (b"": /dev/null).
+    stdin: bytes = b""
     # The call's overlay (staged writes); None: the command writes the workspace directly.
     staged: StagedDirs | None = None
 
     @property
     def base_env(self) -> dict[str, str]:
         """What the command's environment starts from, before the request's variables."""
-        return {**BASE_ENV, "PATH": ":".join([*map(str, self.toolchains), BASE_ENV["PATH"]])}
+        return {**BASE_ENV, "PATH": sandbox_path(self.toolchains)}
 
 
 @dataclass(frozen=True)
@@ -105,6 +121,8 @@ class ProcessOutcome:
     stderr: CapturedOutput
     sandbox_error: str = ""
     duration: float = 0.0
+    # What the call asked the proxy for (empty without network).
+    network_effects: tuple[NetworkEffect, ...] = ()
 
 
 class _Capture:
@@ -146,6 +164,7 @@ class Sandbox:
         git_writable: bool = False,
         sandbox_uid: int = 65534,
         state_dir: Path | None = None,
+        resolver: Resolver | None = None,
     ) -> None:
         self.enabled = enabled
         self._home = home or Path.home()
@@ -167,11 +186,24 @@ class Sandbox:
         # Names the daemon's cgroups and mounts, so that a restart finds its predecessor's.
         key = state_dir or Path(f"/proc/{os.getpid()}/{id(self)}")
         self._key = key
+        # Where calls' writes are staged (None: a sandbox without a state dir, for tests
+        # of the sandbox alone, writes the workspace directly).
+        self._staging = state_dir / "staging" if state_dir else None
         self._cgroups: Cgroups | None = None  # detected by check()
         self._views = IdmappedWorkspaces(mount_root(key), sandbox_uid, sandbox_uid)
         self._filter: Filter | None = None
         self._private_mounts = False
+        # The proxy every networked call leaves through (started with the first one).
+        self._resolver = resolver or system_resolver({})
+        self._proxy: EgressProxy | None = None
+        self._proxy_lock = threading.Lock()
+        self._daemon_ports: frozenset[tuple[str, int]] = frozenset()
         self.detail = "disabled (--no-sandbox): commands run with the daemon's own rights"
+
+    def reaches(self, path: Path) -> bool:
+        """Can the sandbox's user traverse every directory above ``path``? (Only a root
+        daemon's, an unprivileged uid, can fail: it decides which toolchains join PATH.)"""
+        return not self._as_root or self._identity.reaches(path)
 
     def check(self) -> None:
         """Fail with a clear message unless the sandbox can really run a command."""
@@ -199,7 +231,7 @@ class Sandbox:
                 "accept no isolation."
             ) from None
         probe = self.run(
-            SandboxSpec("true", _PROBE, _PROBE, {}, False, 30.0, Limits(), 4096),
+            SandboxSpec("true", _PROBE, _PROBE, {}, None, 30.0, Limits(), 4096),
             lambda chunk: None,
             threading.Event(),
         )
@@ -210,10 +242,37 @@ class Sandbox:
                 "and user.max_user_namespaces). Use --no-sandbox only if you accept no "
                 "isolation."
             )
+        self._check_overlay()
         version = subprocess.run(
             [self._bwrap, "--version"], capture_output=True, text=True, check=False
         ).stdout.strip()
         self.detail = f"{version} at {self._bwrap}"
+
+    def _check_overlay(self) -> None:
+        """Fail closed unless a staged call can mount its overlay here."""
+        if self._staging is None:
+            return
+        area = StagingArea(self._staging, self.mount_root)
+        try:
+            dirs = area.create(f"probe-{os.getpid()}", _PROBE, self.sandbox_owner)
+        except StagingError as exc:
+            raise SandboxUnavailable(str(exc)) from None
+        try:
+            probe = self.run(
+                SandboxSpec("true", _PROBE, _PROBE, {}, None, 30.0, Limits(), 4096, staged=dirs),
+                lambda chunk: None,
+                threading.Event(),
+            )
+        finally:
+            area.discard(dirs)
+        if not probe.started or probe.exit_code != 0:
+            raise SandboxUnavailable(
+                "cannot mount the overlay that stages each command's writes (kernel overlayfs "
+                f"in the call's mount namespace): {probe.sandbox_error or probe.stderr.text}. "
+                "It needs Linux 5.11+ with overlayfs, and a state directory on a file system "
+                "overlayfs accepts as an upper layer (not overlayfs or NFS); choose another "
+                "--state-dir, or use --no-sandbox only if you accept no isolation."
+            )
 
     def containment(self, limits: Limits) -> tuple[ContainmentControl, ...]:
         """What is in force, control by control (for ``shellward status``)."""
@@ -252,6 +311,8 @@ class Sandbox:
 
     def close(self) -> None:
         """At shutdown, after the last call: remove the workspace mounts and cgroups."""
+        if self._proxy is not None:
+            self._proxy.close()
         if self._as_root:
             self._views.close()
         if self._cgroups is not None:
@@ -260,7 +321,7 @@ class Sandbox:
     @property
     def stages(self) -> bool:
         """Whether commands run with their writes staged in an overlay."""
-        return self.enabled
+        return self.enabled and self._staging is not None
 
     @property
     def staging_mechanism(self) -> str:
@@ -294,6 +355,29 @@ class Sandbox:
             prefix += ["--reuid", uid, "--regid", gid, "--clear-groups"]
         return [*prefix, "--pdeathsig", "KILL", "--"]
 
+    def guard_port(self, host: str, port: int) -> None:
+        """The daemon listens on ``host:port``: refuse it to every call's traffic."""
+        host = host.strip("[]")
+        self._daemon_ports |= {(host, port)}
+
+    def _egress(self, policy: EgressPolicy) -> CallEgress:
+        policy = dataclasses.replace(policy, daemon_ports=policy.daemon_ports | self._daemon_ports)
+        with self._proxy_lock:
+            if self._proxy is None:
+                owner = self._identity.uid if self._as_root else None
+                self._proxy = EgressProxy(self._resolver, owner)
+        return self._proxy.open(policy)
+
+    @functools.cached_property
+    def _python(self) -> str:
+        """The relay's interpreter, found when a call first needs network."""
+        try:
+            return relay.python()
+        except FileNotFoundError as exc:
+            raise SandboxUnavailable(
+                f"{exc}: commands that need network cannot run (install python3)"
+            ) from None
+
     def _overlay(self, spec: SandboxSpec, lower: Path) -> list[str]:
         """The steps that mount the call's overlay in a mount namespace of its own (which
         ends with the call: nothing to unmount, even after a crash). A root daemon mounts
@@ -314,7 +398,7 @@ class Sandbox:
         return [*unshare, "--", "/bin/sh", "-c", _MOUNT_AND_EXEC, "shellward-overlay",
                 options, str(spec.staged.mountpoint)]  # fmt: skip
 
-    def _profile(self, spec: SandboxSpec) -> tuple[list[str], Path]:
+    def _profile(self, spec: SandboxSpec, egress: CallEgress | None) -> tuple[list[str], Path]:
         """The bwrap profile, and the directory the workspace's view comes from."""
         source = spec.workspace
         if self._as_root and spec.workspace != _PROBE:
@@ -346,7 +430,7 @@ class Sandbox:
             workspace_source=source,
             cwd=spec.cwd,
             env=env,
-            network=spec.network,
+            egress_socket=egress.socket_path if egress else None,
             tmp_bytes=spec.limits.tmp_bytes,
             identity=self._identity,
             as_root=self._as_root,
@@ -366,8 +450,12 @@ class Sandbox:
         """Run to completion, timeout or cancellation; never raises for the command's faults."""
         fds: list[int] = []
         cgroup: CallCgroup | None = None
+        egress: CallEgress | None = None
         start = time.monotonic()
         try:
+            if self.enabled and spec.network is not None:
+                python = self._python  # before the socket: a missing python3 opens nothing
+                egress = self._egress(spec.network)
             if self._cgroups is not None:
                 cgroup = self._cgroups.create(
                     call_id or f"{os.getpid()}-{threading.get_ident()}-{time.monotonic_ns()}",
@@ -377,7 +465,7 @@ class Sandbox:
             status_read = status_write = None
             overlay: list[str] = []
             if self.enabled:
-                profile, lower = self._profile(spec)
+                profile, lower = self._profile(spec, egress)
                 overlay = self._overlay(spec, lower)
             prefix = [*self._spawn_prefix(cgroup, overlay), str(self._prlimit)]
             prefix += [*_prlimit_args(spec.limits), "--"]
@@ -396,23 +484,23 @@ class Sandbox:
                     fds.append(seccomp_fd)
                     argv += ["--seccomp", str(seccomp_fd)]
                     passed.append(seccomp_fd)
-                argv += [
-                    "--json-status-fd",
-                    str(status_write),
-                    "--",
-                    self._bash,
-                    "-c",
-                    spec.command,
-                ]
+                argv += ["--json-status-fd", str(status_write), "--"]
+                if egress is not None:
+                    argv += relay.command_prefix(python)
+                argv += [self._bash, "-c", spec.command]
             else:
                 # No sandbox: env(1) sets the request's variables for bash only.
                 variables = {"HOME": str(self._home), "TERM": "dumb", **spec.base_env, **spec.env}
                 argv = [*prefix, self._env, "-i", *(f"{k}={v}" for k, v in variables.items()),
                         self._bash, "-c", spec.command]  # fmt: skip
                 passed = []
+            # bwrap hands its stdin to the command: an in-memory file of the request's bytes.
+            stdin = _memfd("stdin", spec.stdin) if spec.stdin else subprocess.DEVNULL
+            if spec.stdin:
+                fds.append(stdin)
             process = subprocess.Popen(
                 argv,
-                stdin=subprocess.DEVNULL,
+                stdin=stdin,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 cwd=spec.cwd if not self.enabled else "/",
@@ -425,6 +513,8 @@ class Sandbox:
                 os.close(fd)
             if cgroup is not None:
                 cgroup.remove()
+            if egress is not None:
+                self._end_egress(egress)
             message = exc.message if isinstance(exc, SandboxUnavailable) else str(exc)
             return ProcessOutcome(
                 started=False, exit_code=None, timed_out=False, cancelled=False,
@@ -462,6 +552,7 @@ class Sandbox:
             if cgroup is not None:
                 cgroup.remove()  # nothing of the call outlives it
         duration = time.monotonic() - start
+        effects = self._end_egress(egress) if egress is not None else ()
 
         started, inner_exit = True, exit_code
         if status_read is not None:
@@ -478,7 +569,13 @@ class Sandbox:
             stderr=stderr,
             sandbox_error="" if started else stderr.text.strip() or f"bwrap exited {exit_code}",
             duration=duration,
+            network_effects=effects,
         )
+
+    def _end_egress(self, egress: CallEgress) -> tuple[NetworkEffect, ...]:
+        assert self._proxy is not None
+        self._proxy.close_call(egress)
+        return egress.effects()
 
 
 def _pump(

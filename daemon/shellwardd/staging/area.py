@@ -110,5 +110,8 @@ class StagingArea:
 
     @staticmethod
     def discard_path(root: Path) -> None:
+        # overlayfs leaves work/work mode 000: unreadable to a daemon that is not root.
+        with contextlib.suppress(OSError):
+            os.chmod(root / "work" / "work", 0o700)
         # rmtree never follows a symlink out of the tree it removes.
         shutil.rmtree(root, ignore_errors=True)

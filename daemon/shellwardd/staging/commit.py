@@ -46,7 +46,7 @@ from shellwardd.filetools._beneath import (
 from shellwardd.watch.hashing import DIR_HASH, HASH_PREFIX, content_hash
 
 from .blobs import BlobStore
-from .upper import entries
+from .upper import OPAQUE_XATTRS, entries
 
 
 def conflicts(workspace: Path, effects: Sequence[FileEffect]) -> list[str]:
@@ -154,6 +154,10 @@ def _make_dir(
             for child in os.listdir(directory):
                 if child not in staged:
                     _remove(directory, child)
+            # Done once: a second pass (after a crash) must not remove what was moved in.
+            for name in OPAQUE_XATTRS:
+                with contextlib.suppress(OSError):
+                    os.removexattr(source, name, follow_symlinks=False)
         if st is None:
             os.chmod(directory, stat.S_IMODE(os.lstat(source).st_mode))
             if owner is not None:

@@ -32,12 +32,13 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from shellward.types import CallStatus, Code, LedgerEntry
+from shellward.types import CallStatus, Code, FileEffect, LedgerEntry
 from shellwardd.ledger import LedgerStore
 from shellwardd.outcomes import reconcile
 from shellwardd.watch import CallEffects, WorkspaceMonitor
 from shellwardd.watch.detector import StagedView
 
+from . import preview
 from .area import StagedDirs, StagingArea
 from .blobs import BlobError, BlobStore
 from .commit import apply, conflicts, keep_before_images
@@ -78,19 +79,42 @@ class Stager:
         self.sandbox_owner = sandbox_owner
         self._owner_of = owners(sandbox_owner is not None)
 
+    def preview(self, final: LedgerEntry, dirs: StagedDirs, view: StagedView) -> str | None:
+        """Keep a preview run's result for its approval (:mod:`.preview`); the diff to show,
+        or None when there is nothing to keep (it was cut short or its upper is refused)."""
+        if _cut_short(final):
+            self.area.discard(dirs)
+            return None
+        try:
+            effects = tuple(staged_effects(dirs.upper, Path(final.workspace), view))
+        except (UpperRefused, OSError):
+            self.area.discard(dirs)
+            return None
+        preview.save(dirs, final, effects)
+        return preview.unified_diff(Path(final.workspace), dirs.upper, effects)
+
+    def has_preview(self, call_id: str) -> bool:
+        return (self.area.path(call_id) / preview.PREVIEW_FILE).is_file()
+
     def settle(
-        self, final: LedgerEntry, dirs: StagedDirs, view: StagedView, monitor: WorkspaceMonitor
+        self,
+        final: LedgerEntry,
+        dirs: StagedDirs,
+        view: StagedView | None,
+        monitor: WorkspaceMonitor,
+        effects: tuple[FileEffect, ...] | None = None,
     ) -> LedgerEntry:
         """The call's final entry once its staged writes are committed (the row is then
-        ``committed``), kept (a conflict) or discarded."""
+        ``committed``), kept (a conflict) or discarded. ``effects``: already known (a
+        preview's), else read from the upper layer against ``view``."""
         workspace = Path(final.workspace)
-        if final.code in (Code.TIMEOUT, Code.SIDE_EFFECT_UNCERTAIN, Code.INTERRUPTED) or (
-            final.code is Code.SANDBOX_ERROR
-        ):
+        if _cut_short(final):
             self.area.discard(dirs)
             return _discarded(final)
         try:
-            effects = tuple(staged_effects(dirs.upper, workspace, view))
+            if effects is None:
+                assert view is not None
+                effects = tuple(staged_effects(dirs.upper, workspace, view))
         except (UpperRefused, OSError) as exc:
             self.area.discard(dirs)
             return _refused(final, str(exc))
@@ -124,6 +148,30 @@ class Stager:
         # A staged call ends when its writes are in the workspace.
         return replace(committed, finished_at=time.time())
 
+    def forget_uncommitted(self, call_ids: list[str]) -> None:
+        """At start-up: the calls a crash left ``started`` (now ``uncertain``) that were
+        staged never changed the workspace. Their staged writes are discarded and their
+        entries say so, with no file effects: a replay check then finds nothing to
+        conflict with (the network, if it was granted, is another matter)."""
+        for call_id in call_ids:
+            staged = self.area.path(call_id)
+            entry = self._ledger.get(call_id)
+            if entry is None or not staged.is_dir():
+                continue
+            StagingArea.discard_path(staged)
+            note = "the daemon stopped before the commit: the workspace is unchanged"
+            self._ledger.finish(
+                replace(
+                    entry,
+                    file_effects=(),
+                    effects_recorded=True,
+                    note="; ".join(filter(None, [entry.note, note])),
+                    content=f"{entry.content} Its file writes were staged and never applied: "
+                    "the workspace is as it was before the call.",
+                ),
+                note,
+            )
+
     def finish_commits(self) -> list[str]:
         """At start-up, before the workspaces are watched: finish the commits a crash cut
         short (see the module docstring); returns their call ids."""
@@ -144,6 +192,13 @@ class Stager:
             StagingArea.discard_path(staged)
             finished.append(entry.call_id)
         return finished
+
+
+def _cut_short(final: LedgerEntry) -> bool:
+    """Timed out, cancelled, crashed or never started: what it staged is not committed."""
+    return final.code in (
+        Code.TIMEOUT, Code.SIDE_EFFECT_UNCERTAIN, Code.INTERRUPTED, Code.SANDBOX_ERROR,
+    )  # fmt: skip
 
 
 def _pause_for_tests() -> None:

@@ -17,6 +17,9 @@ Choices, and why
 - **Anything else fails closed.** A device node, FIFO or socket in the upper (a command
   has no business leaving one in a workspace, and a device node would give the next
   reader the device) raises :class:`UpperRefused`: nothing is committed.
+- **The detector's rules for paths hold**: writes inside a ``.git`` directory are one
+  effect per ``.git`` (``sub/.git/``, no hashes), paths the operator's ignore globs name
+  have no effects (they are committed all the same).
 """
 
 from __future__ import annotations
@@ -29,10 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from shellward.types import FileEffect
+from shellward.types import EffectKind, FileEffect
 from shellwardd.watch.effects import diff, dir_effects
 from shellwardd.watch.hashing import IndexEntry, probe
-from shellwardd.watch.paths import COOKIE_DIR
+from shellwardd.watch.paths import PathKind, git_marker
 
 OPAQUE_XATTRS = ("trusted.overlay.opaque", "user.overlay.opaque")
 
@@ -47,6 +50,10 @@ class Before(Protocol):
     def file(self, path: str) -> IndexEntry | None: ...
 
     def under(self, directory: str) -> list[str]: ...
+
+    def kind(self, path: str) -> PathKind:
+        """Whether the write detector indexes ``path``, ignores it, or reports it as one
+        ``.git`` effect."""
 
 
 @dataclass(frozen=True)
@@ -104,9 +111,21 @@ def staged_effects(upper: Path, workspace: Path, before: Before) -> list[FileEff
             if path not in listed:
                 states.setdefault(path, (before.file(path), None))
 
+    git: dict[str, EffectKind] = {}
     for entry in entries(upper):
-        if entry.path == COOKIE_DIR or entry.path.startswith(f"{COOKIE_DIR}/"):
-            continue  # the write detector's own (read-only inside the sandbox)
+        kind = before.kind(entry.path)
+        if kind is PathKind.GIT:
+            # As the write detector reports them: one effect per .git directory.
+            marker = git_marker(entry.path)
+            existed = (workspace / marker).is_dir()
+            gone = entry.kind == "whiteout" and f"{entry.path}/" == marker
+            git[marker] = (
+                EffectKind.DELETED if gone else
+                EffectKind.MODIFIED if existed else EffectKind.CREATED
+            )  # fmt: skip
+            continue
+        if kind is not PathKind.INDEXED:
+            continue  # ignored by the operator, or the write detector's own (read-only)
         listed.add(entry.path)
         real = _lstat(workspace / entry.path)
         was_dir = real is not None and stat.S_ISDIR(real.st_mode)
@@ -128,6 +147,7 @@ def staged_effects(upper: Path, workspace: Path, before: Before) -> list[FileEff
     # What an opaque directory hid is deleted unless the upper holds it again.
     effects = diff(states, by_content=True)
     effects.extend(dir_effects(created_dirs, removed_dirs, effects))
+    effects.extend(FileEffect(marker, kind) for marker, kind in git.items())
     effects.sort(key=lambda e: e.path)
     return effects
 

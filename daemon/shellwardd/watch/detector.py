@@ -73,7 +73,7 @@ from .gate import CallGate
 from .hashing import IndexEntry, Stamp, fs_stamp
 from .index import HashIndex, index_db_path
 from .observer import WorkspaceObserver
-from .paths import COOKIE_DIR, PathFilter
+from .paths import COOKIE_DIR, PathFilter, PathKind
 from .scan import Changes, join, probe_many, stat_scan, walk
 
 MonitorState = Literal["indexing", "ready", "degraded"]
@@ -194,6 +194,9 @@ class StagedView:
                 if path.startswith(prefix):
                     (now.add if entry is not None else now.discard)(path)
         return sorted(now)
+
+    def kind(self, path: str) -> PathKind:
+        return self._monitor._filter.classify(path)
 
     def close(self) -> None:
         with self._monitor._index_lock:

@@ -68,16 +68,6 @@ class IndexEntry:
     def same_content(self, other: IndexEntry) -> bool:
         return self.is_link == other.is_link and self.digest == other.digest
 
-    def same_stat(self, st: os.stat_result) -> bool:
-        """True if ``st`` vouches for this entry's content without reading it."""
-        return (
-            not self.racy
-            and self.size == st.st_size
-            and self.mtime_ns == st.st_mtime_ns
-            and self.ctime_ns == st.st_ctime_ns
-            and self.inode == st.st_ino
-        )
-
 
 @dataclass(frozen=True, slots=True)
 class Stamp:

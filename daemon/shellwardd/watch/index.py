@@ -6,15 +6,27 @@ change is written through to SQLite in the same step, so a restart only has to l
 rows and re-stat the tree. The database uses WAL with ``synchronous=NORMAL``: a power
 loss may lose the last few updates, never consistency, and the restart re-validation
 against the disk repairs whatever was lost.
+
+Choices, and why:
+
+- **Rows, not entries, in memory.** The dict holds each file's row exactly as SQLite
+  returns it (a plain tuple); an :class:`~.hashing.IndexEntry` is built only when one is
+  asked for. A restart loads every row but reads only a few hundred entries after it, and
+  building 100k frozen dataclasses took longer than fetching the rows (measured at 100k
+  files: 0.2-0.7 s against 0.03-0.05 s for the dict of rows).
+- **The stat rule lives here** (:meth:`HashIndex.unvouched`): a re-validation compares
+  every file's lstat with its row in one loop, without building anything per file.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import sqlite3
+import stat
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from types import MappingProxyType
+from typing import Any
 
 from .hashing import IndexEntry
 
@@ -42,8 +54,31 @@ def index_db_path(state_dir: Path, root: Path) -> Path:
     return state_dir / f"watch-index-{digest}.sqlite"
 
 
+# One row of the files table, in its column order: path, size, mtime_ns, ctime_ns,
+# inode, digest, is_link, racy (the last two 0 or 1).
+_Row = tuple[str, int, int, int, int, bytes, int, int]
+
+
 def _parent(path: str) -> str:
     return path.rpartition("/")[0]
+
+
+def _entry(row: _Row) -> IndexEntry:
+    _, size, mtime_ns, ctime_ns, inode, digest, is_link, racy = row
+    return IndexEntry(size, mtime_ns, ctime_ns, inode, digest, bool(is_link), bool(racy))
+
+
+def _row(path: str, entry: IndexEntry) -> _Row:
+    return (
+        path,
+        entry.size,
+        entry.mtime_ns,
+        entry.ctime_ns,
+        entry.inode,
+        entry.digest,
+        int(entry.is_link),
+        int(entry.racy),
+    )
 
 
 class HashIndex:
@@ -65,34 +100,53 @@ class HashIndex:
                 self._db.execute("DELETE FROM meta")
                 self._db.executemany("INSERT INTO meta VALUES (?, ?)", expected.items())
         self.persisted = meta == expected
-        self._entries: dict[str, IndexEntry] = {
-            path: IndexEntry(size, mtime_ns, ctime_ns, inode, digest, bool(is_link), bool(racy))
-            for path, size, mtime_ns, ctime_ns, inode, digest, is_link, racy in self._db.execute(
-                "SELECT * FROM files"
-            )
-        }
-        self._link(self._entries)
-        self._view = MappingProxyType(self._entries)
+        rows: Any = self._db.execute("SELECT * FROM files")
+        self._rows: dict[str, _Row] = {row[0]: row for row in rows}
+        self._link(self._rows)
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._rows)
 
     def __contains__(self, path: object) -> bool:
-        return path in self._entries
+        return path in self._rows
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._entries)
-
-    @property
-    def entries(self) -> Mapping[str, IndexEntry]:
-        """A read-only view of the entries, live (it changes only through ``update``)."""
-        return self._view
+        return iter(self._rows)
 
     def get(self, path: str) -> IndexEntry | None:
-        return self._entries.get(path)
+        row = self._rows.get(path)
+        return None if row is None else _entry(row)
 
     def items(self) -> Iterator[tuple[str, IndexEntry]]:
-        return iter(self._entries.items())
+        return ((path, _entry(row)) for path, row in self._rows.items())
+
+    def unvouched(
+        self, found: Iterable[tuple[str, os.stat_result]], seen: set[str]
+    ) -> list[tuple[str, os.stat_result]]:
+        """The (path, lstat) pairs of ``found`` whose lstat does not vouch for the path's
+        entry, so that its content must be read; every path of ``found`` goes into ``seen``.
+
+        An lstat vouches for an entry that is not racy (see :mod:`.hashing`) and has the
+        same kind (file or link), size, mtime, ctime and inode: git's rule for trusting its
+        index. Runs once per file of the tree on a restart, so it reads the rows directly.
+        """
+        rows = self._rows
+        islink = stat.S_ISLNK
+        stale = []
+        for path, st in found:
+            seen.add(path)
+            row = rows.get(path)
+            if (
+                row is None
+                or row[7]
+                or row[1] != st.st_size
+                or row[2] != st.st_mtime_ns
+                or row[3] != st.st_ctime_ns
+                or row[4] != st.st_ino
+                or row[6] != islink(st.st_mode)
+            ):
+                stale.append((path, st))
+        return stale
 
     def under(self, directory: str) -> list[str]:
         """Every indexed path strictly below ``directory`` ("" is the root)."""
@@ -100,7 +154,7 @@ class HashIndex:
         stack = [directory]
         while stack:
             for child in self._children.get(stack.pop(), ()):
-                if child in self._entries:
+                if child in self._rows:
                     found.append(child)
                 if child in self._children:
                     stack.append(child)
@@ -117,25 +171,14 @@ class HashIndex:
         for path in sorted(changes):
             entry = changes[path]
             if entry is None:
-                if path in self._entries:
+                if path in self._rows:
                     self._drop(path)
                     gone.append((path,))
             else:
-                if path not in self._entries:
+                if path not in self._rows:
                     added.append(path)
-                self._entries[path] = entry
-                rows.append(
-                    (
-                        path,
-                        entry.size,
-                        entry.mtime_ns,
-                        entry.ctime_ns,
-                        entry.inode,
-                        entry.digest,
-                        int(entry.is_link),
-                        int(entry.racy),
-                    )
-                )
+                row = self._rows[path] = _row(path, entry)
+                rows.append(row)
         self._link(added)
         with self._db:
             self._db.execute("BEGIN")
@@ -175,12 +218,12 @@ class HashIndex:
                 child = parent
 
     def _drop(self, path: str) -> None:
-        del self._entries[path]
+        del self._rows[path]
         child = path
         # Prune directories left without indexed files, so that `under` stays exact. A
         # name can briefly be both a file and a directory within one batch of changes
         # (a file replaced by a directory): it stays linked while either is still there.
-        while child and child not in self._entries and not self._children.get(child):
+        while child and child not in self._rows and not self._children.get(child):
             self._children.pop(child, None)
             self._children[_parent(child)].discard(child)
             child = _parent(child)

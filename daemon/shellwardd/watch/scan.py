@@ -150,12 +150,7 @@ def stat_scan(
     changes: Changes = {}
     seen: set[str] = set()
     stale: list[tuple[str, os.stat_result | None]] = []
-    known = index.entries.get  # not index.get: this loop runs once per file in the tree
-    for path, st in walk(root, pfilter, start, listed):
-        seen.add(path)
-        old = known(path)
-        if old is None or old.is_link != stat.S_ISLNK(st.st_mode) or not old.same_stat(st):
-            stale.append((path, st))
+    stale.extend(index.unvouched(walk(root, pfilter, start, listed), seen))
     total = len(seen)
     done = total - len(stale)
 

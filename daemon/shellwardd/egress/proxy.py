@@ -1,0 +1,374 @@
+"""The daemon's egress proxy: the only way out of a sandbox that has network.
+
+Choices, and why:
+
+- **One Unix socket per call.** Each call granted network gets its own listening socket in
+  a fresh private directory, bound into its sandbox (:mod:`.relay` turns it into a TCP
+  port inside). Whatever arrives on it belongs to that call: attribution needs no
+  authentication, and the call's allow-list is the socket's.
+- **HTTP CONNECT and plain HTTP forwarding** cover curl, pip, npm, git over HTTPS and
+  Python's urllib through the ``*_PROXY`` variables; no SOCKS (nothing we support needs it).
+  A plain HTTP request is forwarded with ``Connection: close``: one request per
+  connection, so every request's method and path is seen and recorded.
+- **Resolve once, check, connect to what was checked.** The proxy resolves the name
+  itself (the sandbox has no DNS), checks every address (:mod:`.policy`), and connects to
+  the checked address: a second resolution could answer differently (DNS rebinding).
+- **A small asyncio proxy, not a library.** The proxies on PyPI (proxy.py, mitmproxy)
+  bring their own process model, plugins and TLS interception; we need a per-call socket,
+  our own check between resolution and connect, and byte counts per connection, which is
+  two hundred lines on asyncio streams. One event loop in one daemon thread serves every call.
+- **A tunnel's TLS server name must be its host** (or on the allow-list): the proxy reads
+  the client's first record before forwarding it, so a ClientHello naming another site
+  behind the same address (domain fronting) is refused.
+- **Effects are recorded as connections end**, refusals at once; the call's entry takes
+  them after its process has exited and the proxy socket is closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import socket
+import tempfile
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from shellward.types import NetworkEffect
+from shellwardd.egress.policy import EgressPolicy, normal_host
+from shellwardd.metrics import count_proxy_error
+
+log = logging.getLogger(__name__)
+
+# (host, port) → addresses; the operator's pinned names answer before DNS.
+Resolver = Callable[[str, int], list[str]]
+
+# Connections recorded one by one per call; the rest are summed in one more entry.
+MAX_EFFECTS = 1000
+_HEAD_LIMIT = 64 * 1024
+_HEAD_TIMEOUT = 30.0
+# How long a tunnel waits for the client's first bytes (its TLS ClientHello) before it
+# assumes a protocol where the server speaks first.
+_FIRST_WAIT = 0.5
+_CONNECT_TIMEOUT = 30.0
+_CHUNK = 256 * 1024
+# Hop-by-hop headers a forwarding proxy drops (RFC 9110 7.6.1), and the proxy's own.
+_HOP_HEADERS = {
+    "connection", "keep-alive", "proxy-connection", "proxy-authorization", "te", "trailer",
+    "upgrade",
+}  # fmt: skip
+
+
+def system_resolver(pinned: Mapping[str, str]) -> Resolver:
+    """Resolve through the host's resolver, with the operator's pinned names first."""
+
+    def resolve(host: str, port: int) -> list[str]:
+        if host in pinned:
+            return [pinned[host]]
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+    return resolve
+
+
+class CallEgress:
+    """One call's socket and the effects recorded on it."""
+
+    def __init__(self, directory: Path, policy: EgressPolicy) -> None:
+        self.directory = directory
+        self.socket_path = directory / "proxy.sock"
+        self.policy = policy
+        self._effects: list[NetworkEffect] = []
+        self._lock = threading.Lock()
+        self._server: asyncio.AbstractServer | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+
+    def record(self, effect: NetworkEffect) -> None:
+        with self._lock:
+            if len(self._effects) < MAX_EFFECTS:
+                self._effects.append(effect)
+                return
+            # Past the cap, one last entry sums the rest (its method is no read: fail closed).
+            last = self._effects[-1] if len(self._effects) > MAX_EFFECTS else None
+            self._effects[MAX_EFFECTS:] = [
+                NetworkEffect(
+                    host="(further connections, summed)", port=0, method="*",
+                    bytes_sent=effect.bytes_sent + (last.bytes_sent if last else 0),
+                    bytes_received=effect.bytes_received + (last.bytes_received if last else 0),
+                )
+            ]  # fmt: skip
+
+    def effects(self) -> tuple[NetworkEffect, ...]:
+        with self._lock:
+            return tuple(self._effects)
+
+
+class EgressProxy:
+    """The event loop and the per-call sockets. ``owner``: the host uid that must be able
+    to connect (a root daemon's sandbox uid); None for the daemon's own."""
+
+    def __init__(self, resolver: Resolver, owner: int | None = None) -> None:
+        self._resolve = resolver
+        self._owner = owner
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="egress-proxy", daemon=True
+        )
+        self._thread.start()
+
+    def open(self, policy: EgressPolicy) -> CallEgress:
+        """A listening socket for one call, reachable by the sandbox's uid only."""
+        directory = Path(tempfile.mkdtemp(prefix="shellward-egress-"))
+        call = CallEgress(directory, policy)
+        try:
+            future = asyncio.run_coroutine_threadsafe(self._listen(call), self._loop)
+            future.result(timeout=10)
+            if self._owner is not None:
+                os.chown(call.socket_path, self._owner, self._owner)
+                os.chown(directory, self._owner, self._owner)
+        except BaseException:
+            self.close_call(call)
+            raise
+        return call
+
+    def close_call(self, call: CallEgress) -> None:
+        """Stop accepting and drop what is still open; the effects stay readable."""
+        with contextlib.suppress(RuntimeError, TimeoutError, OSError):
+            asyncio.run_coroutine_threadsafe(self._stop(call), self._loop).result(timeout=10)
+        shutil.rmtree(call.directory, ignore_errors=True)
+
+    def close(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=5)
+
+    async def _listen(self, call: CallEgress) -> None:
+        connections = call._connections
+
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            task = asyncio.current_task()
+            assert task is not None
+            connections.add(task)
+            try:
+                await self._serve(call, reader, writer)
+            except Exception:  # a connection's fault never reaches the loop
+                count_proxy_error("internal")
+                log.exception("egress proxy connection failed")
+            finally:
+                connections.discard(task)
+                writer.close()
+
+        call._server = await asyncio.start_unix_server(
+            serve, path=str(call.socket_path), limit=_HEAD_LIMIT
+        )
+
+    async def _stop(self, call: CallEgress) -> None:
+        if call._server is not None:
+            call._server.close()
+        tasks = list(call._connections)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _serve(
+        self, call: CallEgress, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _HEAD_TIMEOUT)
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
+            count_proxy_error("bad_request")
+            return
+        lines = head.decode("latin-1").split("\r\n")
+        parts = lines[0].split(" ")
+        if len(parts) != 3:
+            count_proxy_error("bad_request")
+            await _answer(writer, 400, "the proxy expects 'METHOD TARGET HTTP/1.1'")
+            return
+        method, target, _version = parts
+        if method == "CONNECT":
+            host, _, port_text = target.rpartition(":")
+            path, rest, default_port = "", b"", 443
+        else:
+            url = urlsplit(target)
+            if url.scheme != "http" or not url.hostname:
+                count_proxy_error("bad_request")
+                await _answer(writer, 400, "plain HTTP through the proxy needs an absolute "
+                              "http:// URL; use HTTPS (CONNECT) for anything else")  # fmt: skip
+                return
+            try:
+                host, port_text, default_port = url.hostname, str(url.port or ""), 80
+            except ValueError:
+                count_proxy_error("bad_request")
+                await _answer(writer, 400, f"{target!r} has a port that is not a number")
+                return
+            path = (url.path or "/") + (f"?{url.query}" if url.query else "")
+            authority = url.netloc.rpartition("@")[2]  # never forward user:password@
+            rest = _forwarded_head(method, path, authority, lines[1:])
+        host = normal_host(host)
+        port = int(port_text) if port_text.isdigit() else default_port
+        if not host or not 0 < port < 65536:
+            count_proxy_error("bad_request")
+            await _answer(writer, 400, f"{target!r} names no host and port")
+            return
+        effect = NetworkEffect(host=host, port=port, method=method, path=path)
+        upstream, address, refusal = await self._connect(call.policy, host, port)
+        if upstream is None:
+            call.record(replace(effect, address=address, refused=refusal))
+            await _answer(writer, 403, f"shellward refused {host}:{port}: {refusal}")
+            return
+        up_reader, up_writer = upstream
+        counts = [len(rest), 0]  # a forwarded request's head counts as sent
+        refused = ""
+        try:
+            if method == "CONNECT":
+                writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                await writer.drain()
+                rest = await _first_bytes(reader)
+                name = normal_host(server_name(rest))
+                if name and name != host and call.policy.refuse_name(name):
+                    # Another site behind the same address (domain fronting): not the host
+                    # the allow-list let through.
+                    refused = f"the TLS server name {name} is not the tunnel's host {host}"
+                    return
+                counts[0] = len(rest)
+            up_writer.write(rest)
+            await _splice(reader, writer, up_reader, up_writer, counts)
+        finally:
+            # Also when the call ends mid-transfer: what was sent so far is an effect.
+            up_writer.close()
+            sent, received = counts
+            call.record(
+                replace(effect, address=address, bytes_sent=sent, bytes_received=received,
+                        refused=refused)
+            )  # fmt: skip
+
+    async def _connect(
+        self, policy: EgressPolicy, host: str, port: int
+    ) -> tuple[tuple[asyncio.StreamReader, asyncio.StreamWriter] | None, str, str]:
+        """(streams, address, "") or (None, address or "", why refused)."""
+        refusal = policy.refuse_name(host)
+        if refusal:
+            return None, "", refusal
+        try:
+            addresses = await self._loop.run_in_executor(None, self._resolve, host, port)
+        except OSError as exc:
+            count_proxy_error("resolve")
+            return None, "", f"{host} does not resolve ({exc})"
+        if not addresses:
+            return None, "", f"{host} does not resolve"
+        # Every address must pass: a name with one loopback answer is a loopback name.
+        for address in addresses:
+            refusal = policy.refuse_address(host, address, port)
+            if refusal:
+                return None, address, refusal
+        last = ""
+        for address in addresses:
+            try:
+                streams = await asyncio.wait_for(
+                    asyncio.open_connection(address, port, limit=_CHUNK), _CONNECT_TIMEOUT
+                )
+                return streams, address, ""
+            except (OSError, TimeoutError) as exc:
+                last = str(exc) or type(exc).__name__
+        count_proxy_error("connect")
+        return None, addresses[-1], f"cannot connect to {host}:{port}: {last}"
+
+
+def _forwarded_head(method: str, path: str, authority: str, headers: list[str]) -> bytes:
+    """The request as the origin server sees it: origin-form, no hop-by-hop headers,
+    ``Connection: close`` (one request per connection, so each one is seen), and the
+    checked host as ``Host``: a different one would reach another site behind the same
+    address (a CDN's), which the allow-list never named."""
+    dropped = _HOP_HEADERS | {"host"}
+    kept = [h for h in headers if h and h.split(":", 1)[0].strip().lower() not in dropped]
+    lines = [f"{method} {path} HTTP/1.1", f"Host: {authority}", *kept, "Connection: close", "", ""]
+    return "\r\n".join(lines).encode("latin-1")
+
+
+async def _first_bytes(reader: asyncio.StreamReader) -> bytes:
+    """What the client sends first in a tunnel, a whole TLS record if it starts one. A
+    protocol where the server speaks first gets nothing within a moment, and goes on."""
+    try:
+        data = await asyncio.wait_for(reader.read(_CHUNK), _FIRST_WAIT)
+    except TimeoutError:
+        return b""
+    if len(data) >= 5 and data[0] == 0x16:
+        need = 5 + int.from_bytes(data[3:5], "big")
+        while len(data) < need:
+            more = await asyncio.wait_for(reader.read(need - len(data)), _HEAD_TIMEOUT)
+            if not more:
+                break
+            data += more
+    return data
+
+
+def server_name(record: bytes) -> str:
+    """The SNI of a TLS ClientHello record ("" if it is none, or names none)."""
+    try:
+        if record[0] != 0x16 or record[5] != 0x01:
+            return ""
+        at = 5 + 4 + 2 + 32  # record header, handshake header, version, random
+        at += 1 + record[at]  # session id
+        at += 2 + int.from_bytes(record[at : at + 2], "big")  # cipher suites
+        at += 1 + record[at]  # compression methods
+        end = at + 2 + int.from_bytes(record[at : at + 2], "big")
+        at += 2
+        while at + 4 <= end:
+            kind = int.from_bytes(record[at : at + 2], "big")
+            size = int.from_bytes(record[at + 2 : at + 4], "big")
+            if kind == 0:  # server_name: list length, type 0 (host name), length, name
+                length = int.from_bytes(record[at + 7 : at + 9], "big")
+                return record[at + 9 : at + 9 + length].decode("ascii", "replace")
+            at += 4 + size
+    except IndexError:
+        return ""
+    return ""
+
+
+async def _answer(writer: asyncio.StreamWriter, status: int, sentence: str) -> None:
+    reason = {400: "Bad Request", 403: "Forbidden"}[status]
+    body = (sentence + "\n").encode()
+    writer.write(
+        f"HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+        + body
+    )
+    with contextlib.suppress(OSError):
+        await writer.drain()
+
+
+async def _splice(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    up_reader: asyncio.StreamReader,
+    up_writer: asyncio.StreamWriter,
+    counts: list[int],
+) -> None:
+    """Copy both ways until the server is done, adding to counts [to upstream, from it]."""
+
+    async def copy(source: asyncio.StreamReader, sink: asyncio.StreamWriter, slot: int) -> None:
+        try:
+            while data := await source.read(_CHUNK):
+                counts[slot] += len(data)
+                sink.write(data)
+                await sink.drain()
+            if sink.can_write_eof():
+                sink.write_eof()
+        except OSError:
+            sink.close()
+
+    for sink in (writer, up_writer):
+        # Room for a few reads in flight: a 64 KiB high-water mark stalls every chunk.
+        sink.transport.set_write_buffer_limits(high=4 * _CHUNK)
+    upward = asyncio.ensure_future(copy(reader, up_writer, 0))
+    try:
+        await copy(up_reader, writer, 1)
+    finally:
+        # The server is done: what the client still holds open has nowhere to go.
+        upward.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await upward

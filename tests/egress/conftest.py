@@ -1,0 +1,108 @@
+"""Real local servers for the egress tests: HTTP and HTTPS (a self-signed certificate for
+``svc.test``) on 127.0.0.1, reachable from a sandbox only through the daemon's proxy."""
+
+from __future__ import annotations
+
+import http.server
+import ssl
+import subprocess
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+NAME = "svc.test"
+
+
+@dataclass
+class Server:
+    port: int
+    # (method, path, body) of every request that reached the server.
+    seen: list[tuple[str, str, bytes]] = field(default_factory=list)
+    # The Host header of each.
+    hosts: list[str] = field(default_factory=list)
+
+
+def _handler(server: Server) -> type[http.server.BaseHTTPRequestHandler]:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else b""
+            server.seen.append((self.command, self.path, body))
+            server.hosts.append(self.headers.get("Host", ""))
+            reply = f"{self.command} {self.path} ok\n".encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(reply)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(reply)
+
+        do_GET = do_POST = do_HEAD = do_PUT = _answer
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    return Handler
+
+
+def _serve(context: ssl.SSLContext | None) -> Iterator[Server]:
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    server = Server(httpd.server_address[1])
+    httpd.RequestHandlerClass = _handler(server)
+    if context is not None:
+        httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@pytest.fixture(scope="session")
+def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A self-signed certificate for svc.test (and 127.0.0.1)."""
+    where = tmp_path_factory.mktemp("tls")
+    cert, key = where / "cert.pem", where / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", f"/CN={NAME}", "-addext", f"subjectAltName=DNS:{NAME},IP:127.0.0.1",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return cert, key
+
+
+@pytest.fixture
+def http_server() -> Iterator[Server]:
+    yield from _serve(None)
+
+
+@pytest.fixture
+def https_server(certificate: tuple[Path, Path]) -> Iterator[Server]:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(*map(str, certificate))
+    yield from _serve(context)
+
+
+@pytest.fixture
+def listener() -> Iterator[tuple[int, list[object]]]:
+    """A bare TCP listener on the host's loopback; the list fills with what connects."""
+    import socket
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    accepted: list[object] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                accepted.append(server.accept())
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    yield server.getsockname()[1], accepted
+    server.close()
