@@ -620,6 +620,8 @@ class Runtime:
             f"No human answered within {timeout:g}s, so the call was denied. Nothing ran. "
             "Ask the user before trying again.",
         )
+        for call_id in expired:
+            self._lifecycle.discard_preview(call_id)
         if expired:
             log.info("approvals expired", extra={"call_ids": expired})
             self._tracker.notify()

@@ -297,16 +297,20 @@ def test_git_works_staged_and_its_hooks_stay_read_only(client: Client, workspace
 # --- preview before approval ----------------------------------------------------------
 
 
-@pytest.fixture
-def asking(tmp_path: Path, workspace: Path) -> Iterator[Daemon]:
+def _start_asking(tmp_path: Path, workspace: Path, *options: str) -> Daemon:
     """A daemon whose operator rule makes `touch` need a human's approval (no network)."""
     rules = tmp_path / "ask.toml"
     rules.write_text(
         '[[rule]]\nid = "ask-touch"\nprogram = "touch"\nidempotency = "non_idempotent"\n'
         'replay = "never"\napproval = true\nreason = "the operator reviews every touch"\n'
     )
-    handle = start_daemon(tmp_path / "a.sock", tmp_path / "state", workspace,
-                          "--user-rules", str(rules))  # fmt: skip
+    return start_daemon(tmp_path / "a.sock", tmp_path / "state", workspace,
+                        "--user-rules", str(rules), *options)  # fmt: skip
+
+
+@pytest.fixture
+def asking(tmp_path: Path, workspace: Path) -> Iterator[Daemon]:
+    handle = _start_asking(tmp_path, workspace)
     yield handle
     handle.stop()
 
@@ -341,6 +345,22 @@ def test_preview_then_deny_discards_it(asking: Daemon, workspace: Path) -> None:
         client.deny(pending.call_id)
     assert not (workspace / "marker").exists() and not (workspace / "notes.txt").exists()
     assert not (asking.state_dir / "staging" / pending.call_id).exists()
+
+
+def test_a_preview_nobody_answers_is_discarded_with_its_approval(
+    tmp_path: Path, workspace: Path
+) -> None:
+    daemon = _start_asking(tmp_path, workspace, "--approval-timeout", "1")
+    try:
+        with daemon.client() as client:
+            pending = client.run_command(PREVIEWED, cwd=workspace)
+            staged = daemon.state_dir / "staging" / pending.call_id
+            assert "+stamp " in client.get_call(pending.call_id).content and staged.is_dir()
+            wait_for(lambda: client.get_call(pending.call_id).code is Code.PERMISSION_DENIED)
+        wait_for(lambda: not staged.exists())
+        assert not (workspace / "marker").exists() and not (workspace / "notes.txt").exists()
+    finally:
+        daemon.stop()
 
 
 def test_preview_then_approve_after_a_change_is_a_conflict(asking: Daemon, workspace: Path) -> None:
