@@ -489,7 +489,8 @@ class Runtime:
             self._undo.blobs, calls, max_bytes=self._config.undo_max_bytes,
             retention=self._config.retention_seconds,
         )  # fmt: skip
-        log.info("undo images collected", extra=asdict(collected))
+        if collected.removed_blobs:  # a start-up with nothing to evict says nothing
+            log.info("undo images collected", extra=asdict(collected))
         return collected
 
     # --- compensation --------------------------------------------------------------

@@ -11,6 +11,7 @@ import pwd
 import shutil
 import subprocess
 import sys
+import sysconfig
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,6 +36,31 @@ def user() -> pwd.struct_passwd:
         return pwd.getpwnam(USER)
 
 
+def _python_for(user: pwd.struct_passwd, env: dict[str, str]) -> list[str]:
+    """How the test user starts the daemon with this environment's packages: this interpreter if
+    the user can reach it, else the system's python3 of the same version with this
+    environment's site-packages (a pyenv under a 0700 /root is out of the user's reach)."""
+    as_user = ["setpriv", "--reuid", str(user.pw_uid), "--regid", str(user.pw_gid),
+               "--init-groups", "--"]  # fmt: skip
+    probe = subprocess.run([*as_user, sys.executable, "-c", "pass"], env=env, check=False)
+    if probe.returncode == 0:
+        return [sys.executable, "-m", "shellwardd.main"]
+    system = Path("/usr/bin/python3")
+    version = f"import sys; sys.exit(sys.version_info[:2] != {tuple(sys.version_info[:2])})"
+    if subprocess.run([*as_user, str(system), "-c", version], env=env, check=False).returncode:
+        pytest.fail(
+            f"the test user cannot run {sys.executable}, and {system} is not Python "
+            f"{sys.version_info.major}.{sys.version_info.minor}: give the user a way to run "
+            "this environment's interpreter"
+        )
+    packages = sysconfig.get_paths()["purelib"]
+    bootstrap = (
+        f"import runpy, site; site.addsitedir({packages!r}); "
+        "runpy.run_module('shellwardd.main', run_name='__main__', alter_sys=True)"
+    )
+    return [str(system), "-c", bootstrap]
+
+
 @pytest.fixture(scope="module")
 def user_daemon(user: pwd.struct_passwd) -> Iterator[tuple[Client, Path]]:
     home = Path(user.pw_dir)
@@ -53,14 +79,16 @@ def user_daemon(user: pwd.struct_passwd) -> Iterator[tuple[Client, Path]]:
         [
             "setpriv", "--reuid", str(user.pw_uid), "--regid", str(user.pw_gid),
             "--init-groups", "--",
-            sys.executable, "-m", "shellwardd.main", "--socket", str(socket),
+            *_python_for(user, env), "--socket", str(socket),
             "--state-dir", str(base / "state"), "--workspace", str(workspace),
         ],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=workspace,
     )  # fmt: skip
     assert process.stdout is not None
-    banner = process.stdout.readline()
-    assert "listening on" in banner, banner + process.stdout.read()
+    lines = [process.stdout.readline()]  # log lines may come first
+    while "listening on" not in lines[-1] and lines[-1] and len(lines) < 50:
+        lines.append(process.stdout.readline())
+    assert "listening on" in lines[-1], "".join(lines)
     client = Client(socket)
     yield client, workspace
     client.close()
