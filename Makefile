@@ -1,22 +1,23 @@
-# shellward: `make serve WORKSPACE=DIR` starts the daemon, `make test` runs the whole suite.
+# shellward: `make serve` starts the daemon, `make test` runs the whole suite.
 # Both install what is missing first: a virtualenv with the project, and bubblewrap.
 
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
-# serve: the directory commands may run in (required: the clone itself is no workspace),
-# and more shellwardd flags (SERVE_ARGS='--log-format text --metrics 127.0.0.1:9464').
-WORKSPACE  ?=
+# serve: the directory commands may run in (by default a directory of its own, made if
+# missing: the clone itself is no workspace), and more shellwardd flags
+# (SERVE_ARGS='--log-format text --metrics 127.0.0.1:9464').
+WORKSPACE  ?= $(HOME)/shellward-workspace
 SERVE_ARGS ?=
 
 .PHONY: serve test proto bench lint system-deps install clean
 
 ## serve: install what is missing, then run the daemon for WORKSPACE (Ctrl-C stops it)
 serve: install
-	@if [ -z "$(WORKSPACE)" ]; then \
-		echo "make serve needs WORKSPACE=DIR, the directory commands may run in (absolute, or" \
-		     "relative to this clone), e.g. make serve WORKSPACE=$$HOME/src/app" >&2; exit 2; fi
+	@if [ "$(WORKSPACE)" = "$(HOME)/shellward-workspace" ]; then mkdir -p "$(WORKSPACE)"; \
+		echo "serving $(WORKSPACE), the default workspace: make serve WORKSPACE=DIR serves" \
+		     "another (absolute, or relative to this clone)" >&2; fi
 	$(VENV)/bin/shellwardd --workspace "$(WORKSPACE)" $(SERVE_ARGS)
 
 ## test: install what is missing, then run the whole test suite
