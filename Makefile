@@ -6,16 +6,18 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 # serve: the directory commands may run in (by default a directory of its own, made if
-# missing: the clone itself is no workspace), and more shellwardd flags
+# missing: the clone itself is no workspace; as root, under /srv, since a root daemon's
+# sandbox user must reach it and /root is private), and more shellwardd flags
 # (SERVE_ARGS='--log-format text --metrics 127.0.0.1:9464').
-WORKSPACE  ?= $(HOME)/shellward-workspace
+DEFAULT_WORKSPACE := $(if $(filter 0,$(shell id -u)),/srv,$(HOME))/shellward-workspace
+WORKSPACE  ?= $(DEFAULT_WORKSPACE)
 SERVE_ARGS ?=
 
 .PHONY: serve test proto bench lint system-deps install clean
 
 ## serve: install what is missing, then run the daemon for WORKSPACE (Ctrl-C stops it)
 serve: install
-	@if [ "$(WORKSPACE)" = "$(HOME)/shellward-workspace" ]; then mkdir -p "$(WORKSPACE)"; \
+	@if [ "$(WORKSPACE)" = "$(DEFAULT_WORKSPACE)" ]; then mkdir -p "$(WORKSPACE)"; \
 		echo "serving $(WORKSPACE), the default workspace: make serve WORKSPACE=DIR serves" \
 		     "another (absolute, or relative to this clone)" >&2; fi
 	$(VENV)/bin/shellwardd --workspace "$(WORKSPACE)" $(SERVE_ARGS)
