@@ -88,6 +88,12 @@ def wait_for(predicate: Callable[[], object], timeout: float = 20.0) -> None:
     raise AssertionError(f"condition not reached within {timeout}s")
 
 
+def unique_sleep(seconds: int) -> str:
+    """A `sleep` command line no other test process on this host runs (its pid in the
+    fraction), for tests that look for survivors among all the host's processes."""
+    return f"sleep {seconds}.{os.getpid():07d}"
+
+
 def host_processes(cmdline: str) -> list[Path]:
     """Processes on the host whose argv is exactly ``cmdline`` split on spaces."""
     wanted = cmdline.replace(" ", "\x00") + "\x00"

@@ -17,6 +17,7 @@ from shellwardd.config import Limits
 from shellwardd.egress.policy import EgressPolicy
 from shellwardd.errors import SandboxUnavailable
 from shellwardd.sandbox import ProcessOutcome, Sandbox, SandboxSpec
+from tests.helpers import host_processes, unique_sleep
 
 
 @pytest.fixture(scope="module")
@@ -99,24 +100,15 @@ def test_network_is_off_by_default(sandbox: Sandbox, workspace: Path, listener: 
 
 def test_timeout_kills_the_whole_tree(sandbox: Sandbox, workspace: Path) -> None:
     # The child writes its pid, then both sleep; nothing may survive the kill.
-    command = "sleep 300 & echo $! > child.pid; sleep 300"
+    sleep = unique_sleep(300)
+    command = f"{sleep} & echo $! > child.pid; {sleep}"
     start = time.monotonic()
     outcome = run(sandbox, workspace, command, timeout=1.0)
     assert outcome.timed_out and outcome.exit_code is None
     assert time.monotonic() - start < 10
-    # The child's pid is inside the namespace; look for any `sleep 300` left on the host.
-    survivors = [
-        p for p in Path("/proc").iterdir()
-        if p.name.isdigit() and _cmdline(p) == "sleep\x00300\x00"
-    ]  # fmt: skip
+    # The child's pid is inside the namespace; look for that `sleep` left on the host.
+    survivors = host_processes(sleep)
     assert not survivors, f"sleep children survived the timeout: {survivors}"
-
-
-def _cmdline(proc: Path) -> str:
-    try:
-        return (proc / "cmdline").read_text()
-    except OSError:
-        return ""
 
 
 def test_output_cap_keeps_head_and_counts_all(sandbox: Sandbox, workspace: Path) -> None:

@@ -18,7 +18,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from shellward import AuthenticationError, CallStatus, Client, Code, CommandResult
-from tests.helpers import Daemon, host_processes, start_daemon, wait_for
+from tests.helpers import Daemon, host_processes, start_daemon, unique_sleep, wait_for
+
+SLEEP_302 = unique_sleep(302)
+SLEEP_303 = unique_sleep(303)
 
 
 def _daemon_cmd(tmp_path: Path, workspace: Path, *args: str) -> list[str]:
@@ -187,7 +190,7 @@ def test_sigkill_mid_command_leaves_it_uncertain(tmp_path: Path, workspace: Path
     def call() -> None:
         try:
             with Client(socket) as client:
-                results.append(client.run_command("touch started; sleep 302", cwd=workspace))
+                results.append(client.run_command(f"touch started; {SLEEP_302}", cwd=workspace))
         except Exception as exc:  # the daemon dies under this call
             results.append(exc)
 
@@ -200,13 +203,13 @@ def test_sigkill_mid_command_leaves_it_uncertain(tmp_path: Path, workspace: Path
     caller.join(timeout=30)
     assert results and not isinstance(results[0], CommandResult)
     # --die-with-parent: the sandbox died with the daemon.
-    wait_for(lambda: not host_processes("sleep 302"), timeout=10)
+    wait_for(lambda: not host_processes(SLEEP_302), timeout=10)
 
     restarted = start_daemon(socket, state, workspace)
     try:
         with restarted.client() as client:
             (entry,) = client.list_calls()
-            assert entry.command == "touch started; sleep 302"
+            assert entry.command == f"touch started; {SLEEP_302}"
             assert entry.status is CallStatus.UNCERTAIN
             assert entry.code is Code.SIDE_EFFECT_UNCERTAIN
             assert "daemon restarted" in entry.note
@@ -240,7 +243,7 @@ def test_shutdown_kills_calls_after_the_grace_period(tmp_path: Path, workspace: 
     with daemon.client() as client:
         caller = threading.Thread(
             target=lambda: results.append(
-                client.run_command("touch begun; sleep 303", cwd=workspace)
+                client.run_command(f"touch begun; {SLEEP_303}", cwd=workspace)
             )
         )
         caller.start()
@@ -250,7 +253,7 @@ def test_shutdown_kills_calls_after_the_grace_period(tmp_path: Path, workspace: 
     assert daemon.process.wait(timeout=30) == 0
     assert results and results[0].status is CallStatus.UNCERTAIN
     assert results[0].code is Code.SIDE_EFFECT_UNCERTAIN
-    assert not host_processes("sleep 303")
+    assert not host_processes(SLEEP_303)
     restarted = start_daemon(socket, state, workspace)
     try:
         with restarted.client() as client:

@@ -23,7 +23,9 @@ from shellward import (
 )
 from shellward.v1 import shellward_pb2 as pb
 from shellward.v1 import shellward_pb2_grpc as pb_grpc
-from tests.helpers import Daemon, host_processes, start_daemon, wait_for
+from tests.helpers import Daemon, host_processes, start_daemon, unique_sleep, wait_for
+
+SLEEP = unique_sleep(301)
 
 
 def test_success_is_recorded(client: Client, workspace: Path) -> None:
@@ -70,13 +72,13 @@ def test_nonzero_exit(client: Client, workspace: Path) -> None:
 
 
 def test_timeout_kills_tree_and_is_uncertain(client: Client, workspace: Path) -> None:
-    result = client.run_command("touch marker; sleep 301 & sleep 301", cwd=workspace, timeout=1)
+    result = client.run_command(f"touch marker; {SLEEP} & {SLEEP}", cwd=workspace, timeout=1)
     assert result.idempotency is not Idempotency.IDEMPOTENT
     assert not result.ok and result.code is Code.SIDE_EFFECT_UNCERTAIN
     assert result.status is CallStatus.UNCERTAIN and not result.retryable
     assert result.exit_code is None
     assert "Do not retry automatically" in result.content
-    assert not host_processes("sleep 301"), "a sleep child survived the timeout"
+    assert not host_processes(SLEEP), "a sleep child survived the timeout"
     assert client.get_call(result.call_id).status is CallStatus.UNCERTAIN
 
 
