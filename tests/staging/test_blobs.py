@@ -56,3 +56,26 @@ def test_unknown_digest_forms_are_refused(tmp_path: Path) -> None:
     assert not store.has("0" * 64)
     with pytest.raises(ValueError, match="SHA-256"):
         store.path_of("../../etc/passwd")
+
+
+def test_a_batch_is_stored_in_order_and_deduplicated(tmp_path: Path) -> None:
+    store = BlobStore(tmp_path / "blobs")
+    contents = [b"one", b"two", b"one", b""]
+    for i, content in enumerate(contents):
+        (tmp_path / f"f{i}").write_bytes(content)
+    digests = store.put_files([tmp_path / f"f{i}" for i in range(len(contents))])
+    assert digests == [hashlib.sha256(c).hexdigest() for c in contents]
+    assert all(store.path_of(d).read_bytes() == c for d, c in zip(digests, contents, strict=True))
+    assert len([p for p in store.root.rglob("*") if p.is_file()]) == 3  # no temporary file
+    assert store.put_files([]) == []
+
+
+def test_a_batch_with_one_bad_file_names_no_blob(tmp_path: Path) -> None:
+    """A before-image that cannot be kept fails the whole commit: no blob of the batch may
+    be left (named or temporary), so nothing suggests it was kept."""
+    (tmp_path / "good").write_bytes(b"good")
+    os.mkfifo(tmp_path / "pipe")
+    store = BlobStore(tmp_path / "blobs")
+    with pytest.raises(BlobError, match="pipe is not a regular file"):
+        store.put_files([tmp_path / "good", tmp_path / "pipe"])
+    assert not any(store.root.rglob("*"))

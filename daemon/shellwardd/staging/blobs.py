@@ -4,9 +4,15 @@ Choices, and why
 - **Content-addressed.** A blob's name is the SHA-256 of its content, the very hex digest an
   effect's ``sha256:<hex>`` before hash carries: the effect alone finds its before-image,
   and a file committed over a thousand times with the same content is stored once.
-- **Atomic.** A blob is written to a temporary file in the store, fsync'd, then renamed to
+- **Atomic.** A blob is written to a temporary file in the store, synced, then renamed to
   its name: a crash leaves either no blob or a whole one, never a short one under a valid
   name. The digest is computed over the bytes actually copied, never trusted from a caller.
+- **One sync per batch.** A commit keeps all its before-images at once
+  (:meth:`BlobStore.put_files`): every temporary file is written, one ``syncfs`` of the
+  store's file system makes them all durable, they are renamed, and a second ``syncfs``
+  makes the names durable. Two syncs for the batch instead of two fsyncs per file (a
+  fsync per file and one per fan-out directory cost ~600 ms for 100 files on a busy disk);
+  the order is the same, so a name still never points at content that is not on disk.
 - **Private, and near the workspace.** The store is 0700 in the daemon's state dir (it
   holds copies of the user's files); on the workspace's file system when the state dir is,
   so storing a before-image is a copy within one device.
@@ -19,12 +25,16 @@ Retention, size bounds and garbage collection belong to undo, which reads these 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import hashlib
 import os
 import re
 import secrets
 import stat
+from collections.abc import Sequence
 from pathlib import Path
+
+from shellwardd.filetools._beneath import closing_fd
 
 _CHUNK = 1 << 20
 _HEX = re.compile(r"[0-9a-f]{64}")
@@ -54,50 +64,82 @@ class BlobStore:
 
     def put_file(self, path: Path) -> str:
         """Store a copy of the regular file ``path``; return its SHA-256 hex digest."""
+        return self.put_files([path])[0]
+
+    def put_files(self, paths: Sequence[Path]) -> list[str]:
+        """Store a copy of each regular file in ``paths``; their SHA-256 hex digests, in
+        order. Every blob is durable when this returns (see "One sync per batch")."""
+        if not paths:
+            return []
+        temps: list[tuple[Path, str, Path]] = []  # (temporary file, digest, source)
+        try:
+            for path in paths:
+                temps.append((*self._copy(path), path))
+            with closing_fd(_open_dir(self.root)) as root:
+                _syncfs(root, "before its blobs are named")  # every copy, then any name
+                for temp, hexdigest, path in temps:
+                    final = self.path_of(hexdigest)
+                    if final.is_file():
+                        continue  # deduplicated: the same content is already kept
+                    try:
+                        final.parent.mkdir(mode=0o700, exist_ok=True)
+                        os.rename(temp, final)
+                    except OSError as exc:
+                        raise _error(path, self.root, exc) from exc
+                _syncfs(root, "after its blobs were named")  # the names
+        finally:
+            for temp, _, _ in temps:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(temp)
+        return [hexdigest for _, hexdigest, _ in temps]
+
+    def _copy(self, path: Path) -> tuple[Path, str]:
+        """Copy ``path`` to a new temporary file of the store, not yet synced; the file
+        and the digest of the bytes copied."""
         try:
             source = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
         except OSError as exc:
             raise BlobError(f"cannot read {path} to keep its before-image: {exc.strerror}") from exc
-        try:
-            if not stat.S_ISREG(os.fstat(source).st_mode):
-                raise BlobError(f"{path} is not a regular file; only files have before-images")
-            return self._copy(source, path)
-        finally:
-            os.close(source)
-
-    def _copy(self, source: int, path: Path) -> str:
         temp = self.root / f".tmp-{secrets.token_hex(8)}"
         digest = hashlib.sha256()
         try:
+            if not stat.S_ISREG(os.fstat(source).st_mode):
+                raise BlobError(f"{path} is not a regular file; only files have before-images")
             target = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
             try:
                 while chunk := os.read(source, _CHUNK):
                     digest.update(chunk)
                     os.write(target, chunk)
-                os.fsync(target)
             finally:
                 os.close(target)
-            hexdigest = digest.hexdigest()
-            final = self.path_of(hexdigest)
-            if final.is_file():
-                return hexdigest  # deduplicated: the same content is already kept
-            final.parent.mkdir(mode=0o700, exist_ok=True)
-            os.rename(temp, final)
-            _fsync_dir(final.parent)
-            return hexdigest
         except OSError as exc:
-            raise BlobError(
-                f"cannot keep the before-image of {path} in {self.root}: {exc.strerror}; "
-                "free space there or check the state directory's permissions"
-            ) from exc
-        finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(temp)
+            raise _error(path, self.root, exc) from exc
+        finally:
+            os.close(source)
+        return temp, digest.hexdigest()
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def _error(path: Path, root: Path, exc: OSError) -> BlobError:
+    return BlobError(
+        f"cannot keep the before-image of {path} in {root}: {exc.strerror}; "
+        "free space there or check the state directory's permissions"
+    )
+
+
+def _open_dir(path: Path) -> int:
+    return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _syncfs(fd: int, when: str) -> None:
+    """Write everything of the file system holding ``fd`` to disk (os has no syncfs)."""
+    if _libc.syncfs(fd) != 0:
+        err = ctypes.get_errno()
+        raise BlobError(
+            f"cannot sync the blob store {when}: {os.strerror(err)}; the before-images are "
+            "not durable, so nothing was applied; check the state directory's disk"
+        )
