@@ -7,12 +7,14 @@ Choices, and why
 - **Atomic.** A blob is written to a temporary file in the store, synced, then renamed to
   its name: a crash leaves either no blob or a whole one, never a short one under a valid
   name. The digest is computed over the bytes actually copied, never trusted from a caller.
-- **One sync per batch.** A commit keeps all its before-images at once
-  (:meth:`BlobStore.put_files`): every temporary file is written, one ``syncfs`` of the
-  store's file system makes them all durable, they are renamed, and a second ``syncfs``
-  makes the names durable. Two syncs for the batch instead of two fsyncs per file (a
-  fsync per file and one per fan-out directory cost ~600 ms for 100 files on a busy disk);
-  the order is the same, so a name still never points at content that is not on disk.
+- **Synced as a batch.** A commit keeps all its before-images at once
+  (:meth:`BlobStore.put_files`): every temporary file is written, then all are fsync'd at
+  once from a few threads, then renamed, then every fan-out directory that got a name is
+  fsync'd, again at once. The order is the same as one file at a time (a name never
+  points at content that is not on disk); issued together, the fsyncs share the file
+  system's journal commits (100 files: ~20 ms instead of ~20-600 ms one after another).
+  Each fsync covers the store's own files only: ``syncfs`` would be as fast on a quiet
+  disk, but would wait for every other writer's dirty data on the file system.
 - **Private, and near the workspace.** The store is 0700 in the daemon's state dir (it
   holds copies of the user's files); on the workspace's file system when the state dir is,
   so storing a before-image is a copy within one device.
@@ -25,18 +27,18 @@ Retention, size bounds and garbage collection belong to undo, which reads these 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import hashlib
 import os
 import re
 import secrets
 import stat
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from shellwardd.filetools._beneath import closing_fd
-
 _CHUNK = 1 << 20
+# fsyncs in flight at once: enough for the file system to commit them together.
+_SYNC_THREADS = 16
 _HEX = re.compile(r"[0-9a-f]{64}")
 
 
@@ -51,6 +53,8 @@ class BlobStore:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
         os.chmod(self.root, 0o700)
+        # Its threads start on the first batch of more than one file.
+        self._syncer = ThreadPoolExecutor(_SYNC_THREADS, "shellward-blob-sync")
 
     def path_of(self, digest: str) -> Path:
         """Where the blob of ``digest`` (64 hex characters, or ``sha256:<hex>``) lives."""
@@ -68,30 +72,45 @@ class BlobStore:
 
     def put_files(self, paths: Sequence[Path]) -> list[str]:
         """Store a copy of each regular file in ``paths``; their SHA-256 hex digests, in
-        order. Every blob is durable when this returns (see "One sync per batch")."""
+        order. Every blob is durable when this returns (see "Synced as a batch")."""
         if not paths:
             return []
         temps: list[tuple[Path, str, Path]] = []  # (temporary file, digest, source)
         try:
             for path in paths:
                 temps.append((*self._copy(path), path))
-            with closing_fd(_open_dir(self.root)) as root:
-                _syncfs(root, "before its blobs are named")  # every copy, then any name
-                for temp, hexdigest, path in temps:
-                    final = self.path_of(hexdigest)
-                    if final.is_file():
-                        continue  # deduplicated: the same content is already kept
-                    try:
-                        final.parent.mkdir(mode=0o700, exist_ok=True)
-                        os.rename(temp, final)
-                    except OSError as exc:
-                        raise _error(path, self.root, exc) from exc
-                _syncfs(root, "after its blobs were named")  # the names
+            self._fsync_all([temp for temp, _, _ in temps])  # every copy, then any name
+            named: set[Path] = set()
+            for temp, hexdigest, path in temps:
+                final = self.path_of(hexdigest)
+                named.add(final.parent)  # a name found (kept before a crash?) is synced too
+                if final.is_file():
+                    continue  # deduplicated: the same content is already kept
+                try:
+                    final.parent.mkdir(mode=0o700, exist_ok=True)
+                    os.rename(temp, final)
+                except OSError as exc:
+                    raise _error(path, self.root, exc) from exc
+            self._fsync_all(sorted(named))  # the names
         finally:
             for temp, _, _ in temps:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(temp)
         return [hexdigest for _, hexdigest, _ in temps]
+
+    def _fsync_all(self, paths: Sequence[Path]) -> None:
+        """fsync every file or directory in ``paths``, at once from a few threads."""
+        try:
+            if len(paths) == 1:
+                _fsync(paths[0])
+                return
+            for _ in self._syncer.map(_fsync, paths):
+                pass
+        except OSError as exc:
+            raise BlobError(
+                f"cannot make the before-images durable in {self.root}: {exc.strerror}; "
+                "nothing was applied; check the state directory's disk"
+            ) from exc
 
     def _copy(self, path: Path) -> tuple[Path, str]:
         """Copy ``path`` to a new temporary file of the store, not yet synced; the file
@@ -128,18 +147,9 @@ def _error(path: Path, root: Path, exc: OSError) -> BlobError:
     )
 
 
-def _open_dir(path: Path) -> int:
-    return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-
-
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def _syncfs(fd: int, when: str) -> None:
-    """Write everything of the file system holding ``fd`` to disk (os has no syncfs)."""
-    if _libc.syncfs(fd) != 0:
-        err = ctypes.get_errno()
-        raise BlobError(
-            f"cannot sync the blob store {when}: {os.strerror(err)}; the before-images are "
-            "not durable, so nothing was applied; check the state directory's disk"
-        )
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
