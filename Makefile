@@ -39,6 +39,7 @@ bench: install
 	$(PY) bench/fleet.py
 	$(PY) bench/short_rpcs.py
 	$(PY) bench/network.py
+	$(PY) bench/staged.py
 
 ## lint: ruff and mypy (daemon/ and client/ are mypy's source roots)
 lint: install

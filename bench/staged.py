@@ -9,21 +9,36 @@ Prints the median and p95 wall time of RunCommand for: an empty call (`true`), a
 writes 100 files, `cp -r` of a 2,000-file tree; then the throughput of `--clients` clients
 each running a small writing command (`echo $RANDOM > out-<n>.txt`) `--per-client` times
 in one workspace, and the median latency of `true` while they run.
+
+First it prints the daemon's post-processing of a staged call, in process (no daemon, no
+command): from the command's exit to its result, for a call that created ``--files`` small
+files and one that modified as many, median and p95 over ``--post-runs`` calls, with the
+time of each phase (``--post-only`` stops there).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import sys
 import tempfile
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from shellward.types import CallStatus, Idempotency, LedgerEntry, ReplayPolicy  # noqa: E402
+from shellwardd.ledger import SqliteLedger  # noqa: E402
+from shellwardd.staging import stager as stager_module  # noqa: E402
+from shellwardd.staging.area import StagingArea  # noqa: E402
+from shellwardd.staging.blobs import BlobStore  # noqa: E402
+from shellwardd.staging.stager import Stager  # noqa: E402
+from shellwardd.watch import WorkspaceMonitor  # noqa: E402
 from tests.helpers import start_daemon  # noqa: E402
 
 
@@ -33,12 +48,139 @@ def _stats(samples: list[float]) -> str:
     return f"median {statistics.median(ordered) * 1000:8.1f} ms   p95 {p95 * 1000:8.1f} ms"
 
 
+# -- post-processing of a staged call, in process ------------------------------------------
+
+# The phases of Stager.settle (and the final ledger write after it), each timed by wrapping
+# the function that does it: the daemon's hot path carries no timing code.
+_PHASES = (
+    ("read upper", stager_module, "staged_effects"),
+    ("window open", WorkspaceMonitor, "begin_call"),
+    ("conflicts", stager_module, "conflicts"),
+    ("before-images", stager_module, "keep_before_images"),
+    ("journal", SqliteLedger, "begin_commit"),
+    ("apply", stager_module, "apply"),
+    ("committed", SqliteLedger, "transition"),
+    ("window close", WorkspaceMonitor, "finish_call"),
+    ("discard upper", StagingArea, "discard"),
+    ("ledger finish", SqliteLedger, "finish"),
+)
+
+
+class _Phases:
+    """Wraps each phase's function to add its time (ns) to the current sample."""
+
+    def __init__(self) -> None:
+        self.current: dict[str, int] = {}
+        self._saved: list[tuple[Any, str, Any]] = []
+
+    def __enter__(self) -> _Phases:
+        for name, owner, attribute in _PHASES:
+            original = getattr(owner, attribute)
+            self._saved.append((owner, attribute, original))
+            setattr(owner, attribute, self._timed(name, original))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for owner, attribute, original in reversed(self._saved):
+            if getattr(owner, attribute) is not original:
+                setattr(owner, attribute, original)
+
+    def _timed(self, name: str, original: Any) -> Any:
+        @functools.wraps(original)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter_ns()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                elapsed = time.perf_counter_ns() - start
+                self.current[name] = self.current.get(name, 0) + elapsed
+
+        return timed
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:7.2f}"
+
+
+def _percentiles(samples: list[int]) -> tuple[float, float]:
+    ordered = sorted(samples)
+    return statistics.median(ordered), ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))]
+
+
+def post_processing(runs: int, files: int) -> None:
+    """What the daemon does between a staged command's exit and its result, for a command
+    that created ``files`` small files and one that modified ``files``: Stager.settle
+    (read the upper, hash, conflict check, before-images, journal, apply, the write
+    detector's window over the commit, ``committed``) and the final ledger write. The
+    upper layer is filled by hand (no overlay, no command), so nothing else is timed."""
+    with tempfile.TemporaryDirectory(prefix="shellward-bench-", dir="/var/lib") as tmp:
+        base = Path(tmp)
+        workspace, state = base / "ws", base / "state"
+        workspace.mkdir()
+        for i in range(files):
+            (workspace / f"m{i}.txt").write_text(f"before {i}\n")
+        ledger = SqliteLedger(state / "ledger.sqlite3", "bench")
+        monitor = WorkspaceMonitor(workspace, state / "index")
+        monitor.start()
+        monitor.wait_ready()
+        stager = Stager(StagingArea(state / "staging"), BlobStore(state / "blobs"), ledger, None)
+        try:
+            for case in ("created", "modified"):
+                totals: list[int] = []
+                phases: dict[str, list[int]] = {name: [] for name, _, _ in _PHASES}
+                for run in range(runs + 2):  # the first two warm caches up, not counted
+                    call_id = f"{case}-{run}"
+                    entry = LedgerEntry(
+                        call_id, "bench", call_id, "run_command", "0" * 64, CallStatus.PLANNED,
+                        Idempotency.NON_IDEMPOTENT, ReplayPolicy.NEVER, command="bench",
+                        cwd=str(workspace), workspace=str(workspace), created_at=time.time(),
+                    )  # fmt: skip
+                    ledger.record_started(entry, time.time())
+                    view = monitor.begin_staged()
+                    dirs = stager.area.create(call_id, workspace, None)
+                    for i in range(files):
+                        name = f"c{run}-{i}.txt" if case == "created" else f"m{i}.txt"
+                        (dirs.upper / name).write_text(f"{case} {run} {i}\n")
+                    final = replace(
+                        entry, status=CallStatus.SUCCEEDED, exit_code=0, finished_at=time.time()
+                    )
+                    with _Phases() as timer:
+                        start = time.perf_counter_ns()
+                        settled = stager.settle(final, dirs, view, monitor)
+                        ledger.finish(settled)
+                        total = time.perf_counter_ns() - start
+                    view.close()
+                    assert settled.status is CallStatus.SUCCEEDED, settled.content
+                    assert len(settled.file_effects) == files, settled.file_effects
+                    if run < 2:
+                        continue
+                    totals.append(total)
+                    for name in phases:
+                        phases[name].append(timer.current.get(name, 0))
+                median, p95 = _percentiles(totals)
+                print(f"post-processing, {files} files {case}: median {_ms(median)} ms   "
+                      f"p95 {_ms(p95)} ms   ({runs} runs)")  # fmt: skip
+                for name, samples in phases.items():
+                    median, p95 = _percentiles(samples)
+                    print(f"    {name:16} median {_ms(median)} ms   p95 {_ms(p95)} ms")
+        finally:
+            monitor.stop()
+            ledger.close()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--per-client", type=int, default=4)
+    parser.add_argument("--post-runs", type=int, default=100)
+    parser.add_argument("--files", type=int, default=100)
+    parser.add_argument("--post-only", action="store_true")
     args = parser.parse_args()
+
+    post_processing(args.post_runs, args.files)
+    if args.post_only:
+        return 0
 
     # Under /var/lib, not /tmp: the state dir and the workspace on one (disk) file system.
     with tempfile.TemporaryDirectory(prefix="shellward-bench-", dir="/var/lib") as tmp:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from shellwardd.staging import blobs
 from shellwardd.staging.blobs import BlobError, BlobStore
 from shellwardd.watch.hashing import probe
 
@@ -56,3 +57,62 @@ def test_unknown_digest_forms_are_refused(tmp_path: Path) -> None:
     assert not store.has("0" * 64)
     with pytest.raises(ValueError, match="SHA-256"):
         store.path_of("../../etc/passwd")
+
+
+def test_a_batch_is_stored_in_order_and_deduplicated(tmp_path: Path) -> None:
+    store = BlobStore(tmp_path / "blobs")
+    contents = [b"one", b"two", b"one", b""]
+    for i, content in enumerate(contents):
+        (tmp_path / f"f{i}").write_bytes(content)
+    digests = store.put_files([tmp_path / f"f{i}" for i in range(len(contents))])
+    assert digests == [hashlib.sha256(c).hexdigest() for c in contents]
+    assert all(store.path_of(d).read_bytes() == c for d, c in zip(digests, contents, strict=True))
+    assert len([p for p in store.root.rglob("*") if p.is_file()]) == 3  # no temporary file
+    assert store.put_files([]) == []
+
+
+def test_a_batch_with_one_bad_file_names_no_blob(tmp_path: Path) -> None:
+    """A before-image that cannot be kept fails the whole commit: no blob of the batch may
+    be left (named or temporary), so nothing suggests it was kept."""
+    (tmp_path / "good").write_bytes(b"good")
+    os.mkfifo(tmp_path / "pipe")
+    store = BlobStore(tmp_path / "blobs")
+    with pytest.raises(BlobError, match="pipe is not a regular file"):
+        store.put_files([tmp_path / "good", tmp_path / "pipe"])
+    assert not any(store.root.rglob("*"))
+
+
+def test_content_is_synced_before_its_name_and_the_name_before_return(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A crash at any point must never leave a blob's name pointing at content that is not
+    on disk, and a returned digest must survive a crash (the commit then replaces the
+    workspace file): every copy is fsync'd before it is named, every name's directory
+    after it is named, all before put_files returns."""
+    events: list[tuple[str, Path]] = []
+    real_fsync, real_rename = blobs._fsync, os.rename
+
+    def fsync(path: Path) -> None:
+        events.append(("fsync", Path(path)))
+        real_fsync(path)
+
+    def rename(src: str | Path, dst: str | Path, **kwargs: object) -> None:
+        events.append(("rename", Path(src)))
+        events.append(("named", Path(dst)))
+        real_rename(src, dst, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(blobs, "_fsync", fsync)
+    monkeypatch.setattr(os, "rename", rename)
+    for i in range(20):
+        (tmp_path / f"f{i}").write_bytes(f"content {i}".encode())
+    store = BlobStore(tmp_path / "blobs")
+    digests = store.put_files([tmp_path / f"f{i}" for i in range(20)])
+    events.append(("returned", tmp_path))
+    position = {event: i for i, event in enumerate(events)}
+    for digest in digests:
+        final = store.path_of(digest)
+        temp = next(src for kind, src in events if kind == "rename" and
+                    position[("named", final)] == position[("rename", src)] + 1)  # fmt: skip
+        assert position[("fsync", temp)] < position[("rename", temp)]
+        assert position[("named", final)] < position[("fsync", final.parent)]
+        assert position[("fsync", final.parent)] < position[("returned", tmp_path)]

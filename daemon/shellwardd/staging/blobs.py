@@ -4,9 +4,17 @@ Choices, and why
 - **Content-addressed.** A blob's name is the SHA-256 of its content, the very hex digest an
   effect's ``sha256:<hex>`` before hash carries: the effect alone finds its before-image,
   and a file committed over a thousand times with the same content is stored once.
-- **Atomic.** A blob is written to a temporary file in the store, fsync'd, then renamed to
+- **Atomic.** A blob is written to a temporary file in the store, synced, then renamed to
   its name: a crash leaves either no blob or a whole one, never a short one under a valid
   name. The digest is computed over the bytes actually copied, never trusted from a caller.
+- **Synced as a batch.** A commit keeps all its before-images at once
+  (:meth:`BlobStore.put_files`): every temporary file is written, then all are fsync'd at
+  once from a few threads, then renamed, then every fan-out directory that got a name is
+  fsync'd, again at once. The order is the same as one file at a time (a name never
+  points at content that is not on disk); issued together, the fsyncs share the file
+  system's journal commits (100 files: ~20 ms instead of ~20-600 ms one after another).
+  Each fsync covers the store's own files only: ``syncfs`` would be as fast on a quiet
+  disk, but would wait for every other writer's dirty data on the file system.
 - **Private, and near the workspace.** The store is 0700 in the daemon's state dir (it
   holds copies of the user's files); on the workspace's file system when the state dir is,
   so storing a before-image is a copy within one device.
@@ -24,9 +32,13 @@ import os
 import re
 import secrets
 import stat
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 _CHUNK = 1 << 20
+# fsyncs in flight at once: enough for the file system to commit them together.
+_SYNC_THREADS = 16
 _HEX = re.compile(r"[0-9a-f]{64}")
 
 
@@ -41,6 +53,8 @@ class BlobStore:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
         os.chmod(self.root, 0o700)
+        # Its threads start on the first batch of more than one file.
+        self._syncer = ThreadPoolExecutor(_SYNC_THREADS, "shellward-blob-sync")
 
     def path_of(self, digest: str) -> Path:
         """Where the blob of ``digest`` (64 hex characters, or ``sha256:<hex>``) lives."""
@@ -54,49 +68,87 @@ class BlobStore:
 
     def put_file(self, path: Path) -> str:
         """Store a copy of the regular file ``path``; return its SHA-256 hex digest."""
+        return self.put_files([path])[0]
+
+    def put_files(self, paths: Sequence[Path]) -> list[str]:
+        """Store a copy of each regular file in ``paths``; their SHA-256 hex digests, in
+        order. Every blob is durable when this returns (see "Synced as a batch")."""
+        if not paths:
+            return []
+        temps: list[tuple[Path, str, Path]] = []  # (temporary file, digest, source)
+        try:
+            for path in paths:
+                temps.append((*self._copy(path), path))
+            self._fsync_all([temp for temp, _, _ in temps])  # every copy, then any name
+            named: set[Path] = set()
+            for temp, hexdigest, path in temps:
+                final = self.path_of(hexdigest)
+                named.add(final.parent)  # a name found (kept before a crash?) is synced too
+                if final.is_file():
+                    continue  # deduplicated: the same content is already kept
+                try:
+                    final.parent.mkdir(mode=0o700, exist_ok=True)
+                    os.rename(temp, final)
+                except OSError as exc:
+                    raise _error(path, self.root, exc) from exc
+            self._fsync_all(sorted(named))  # the names
+        finally:
+            for temp, _, _ in temps:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(temp)
+        return [hexdigest for _, hexdigest, _ in temps]
+
+    def _fsync_all(self, paths: Sequence[Path]) -> None:
+        """fsync every file or directory in ``paths``, at once from a few threads."""
+        try:
+            if len(paths) == 1:
+                _fsync(paths[0])
+                return
+            for _ in self._syncer.map(_fsync, paths):
+                pass
+        except OSError as exc:
+            raise BlobError(
+                f"cannot make the before-images durable in {self.root}: {exc.strerror}; "
+                "nothing was applied; check the state directory's disk"
+            ) from exc
+
+    def _copy(self, path: Path) -> tuple[Path, str]:
+        """Copy ``path`` to a new temporary file of the store, not yet synced; the file
+        and the digest of the bytes copied."""
         try:
             source = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
         except OSError as exc:
             raise BlobError(f"cannot read {path} to keep its before-image: {exc.strerror}") from exc
-        try:
-            if not stat.S_ISREG(os.fstat(source).st_mode):
-                raise BlobError(f"{path} is not a regular file; only files have before-images")
-            return self._copy(source, path)
-        finally:
-            os.close(source)
-
-    def _copy(self, source: int, path: Path) -> str:
         temp = self.root / f".tmp-{secrets.token_hex(8)}"
         digest = hashlib.sha256()
         try:
+            if not stat.S_ISREG(os.fstat(source).st_mode):
+                raise BlobError(f"{path} is not a regular file; only files have before-images")
             target = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
             try:
                 while chunk := os.read(source, _CHUNK):
                     digest.update(chunk)
                     os.write(target, chunk)
-                os.fsync(target)
             finally:
                 os.close(target)
-            hexdigest = digest.hexdigest()
-            final = self.path_of(hexdigest)
-            if final.is_file():
-                return hexdigest  # deduplicated: the same content is already kept
-            final.parent.mkdir(mode=0o700, exist_ok=True)
-            os.rename(temp, final)
-            _fsync_dir(final.parent)
-            return hexdigest
         except OSError as exc:
-            raise BlobError(
-                f"cannot keep the before-image of {path} in {self.root}: {exc.strerror}; "
-                "free space there or check the state directory's permissions"
-            ) from exc
-        finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(temp)
+            raise _error(path, self.root, exc) from exc
+        finally:
+            os.close(source)
+        return temp, digest.hexdigest()
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+def _error(path: Path, root: Path, exc: OSError) -> BlobError:
+    return BlobError(
+        f"cannot keep the before-image of {path} in {root}: {exc.strerror}; "
+        "free space there or check the state directory's permissions"
+    )
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
     try:
         os.fsync(fd)
     finally:

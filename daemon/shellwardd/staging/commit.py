@@ -80,15 +80,18 @@ def keep_before_images(
 ) -> list[str]:
     """Store the before-image of every file the commit will modify or delete; the paths
     whose content no longer is the before hash (a conflict after all)."""
-    changed: list[str] = []
-    for effect in effects:
-        if not effect.before_hash.startswith(HASH_PREFIX):
-            continue  # nothing there, a directory, or a symlink (its target is in the effect)
-        path = effect.renamed_from if effect.kind is EffectKind.RENAMED else effect.path
-        digest = blobs.put_file(workspace / path)
-        if HASH_PREFIX + digest != effect.before_hash:
-            changed.append(f"{path}: changed while the commit began")
-    return changed
+    kept = [
+        (effect.renamed_from if effect.kind is EffectKind.RENAMED else effect.path, effect)
+        for effect in effects
+        # Nothing there, a directory, or a symlink (its target is in the effect): no blob.
+        if effect.before_hash.startswith(HASH_PREFIX)
+    ]
+    digests = blobs.put_files([workspace / path for path, _ in kept])
+    return [
+        f"{path}: changed while the commit began"
+        for (path, effect), digest in zip(kept, digests, strict=True)
+        if HASH_PREFIX + digest != effect.before_hash
+    ]
 
 
 def apply(upper: Path, workspace: Path, owner: tuple[int, int] | None) -> int:
