@@ -133,21 +133,12 @@ def _same_file(a: os.stat_result, b: os.stat_result) -> bool:
 
 
 def _hash_fd(fd: int, size: int) -> bytes:
-    """The SHA-256 of the open file ``fd`` whose lstat said ``size`` bytes.
-
-    Reading stops at EOF or once ``size`` bytes are read: the fstat that :func:`probe`
-    takes afterwards must still say ``size`` (and the same times), so a file that grew
-    meanwhile is read again, and a small file costs one read instead of two.
-    """
     h = hashlib.sha256()
-    done = 0
-    # Ask for one byte more than the stat size, without allocating a large buffer per file.
+    # Ask for one byte more than the stat size so a small file is read in one call and
+    # its EOF seen in the next, without allocating a large buffer per file.
     want = min(size + 1, _READ_CHUNK)
     while chunk := os.read(fd, want):
         h.update(chunk)
-        done += len(chunk)
-        if done == size:
-            break
         want = _READ_CHUNK
     return h.digest()
 
