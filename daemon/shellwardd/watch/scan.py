@@ -87,7 +87,7 @@ def walk_dirs(
             paths, names = list(compress(paths, kept)), list(compress(names, kept))
         try:
             sts = list(map(os.lstat, map(f"{base}/".__add__, names)))
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             paths, sts = _lstat_each(base, paths, names)
         kinds = list(map(stat.S_IFMT, map(_MODE, sts)))
         stack.extend(compress(paths, map(stat.S_IFDIR.__eq__, kinds)))
@@ -103,8 +103,8 @@ def _lstat_each(
     for path, name in zip(paths, names, strict=True):
         try:
             sts.append(os.lstat(f"{base}/{name}"))
-        except FileNotFoundError:
-            continue  # removed while we walked: the scan counts it as gone
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # removed while we walked (or its directory was): the scan counts it as gone
         found.append(path)
     return found, sts
 
