@@ -25,7 +25,10 @@ Choices, and why:
 - **The directory map is built on first use.** A restart never asks for a subtree; the
   first call that does pays for it (about 0.04 s at 100k files), once.
 - **The stat rule lives here** (:meth:`HashIndex.unvouched`): a re-validation compares
-  every file's lstat with its row in one loop, without building anything per file.
+  every file's lstat with its row in one plain loop, without building anything per
+  file (0.07-0.08 s for 100k files). The same rule in bulk, with ``map`` and
+  ``compress`` over a batch, measured slower (0.09-0.13 s): it builds a tuple of
+  fields per file on both sides before comparing them.
 """
 
 from __future__ import annotations
@@ -39,8 +42,7 @@ import struct
 import sys
 from array import array
 from collections.abc import Collection, Iterable, Iterator, Mapping
-from itertools import compress
-from operator import attrgetter, itemgetter, ne, or_
+from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -90,15 +92,7 @@ def index_db_path(state_dir: Path, root: Path) -> Path:
 _Row = tuple[str, int, int, int, int, bytes, int, int]
 
 
-# What :meth:`HashIndex.unvouched` compares: the row's fields and the lstat's, in order.
 _ROW_PATH = itemgetter(0)
-_ROW_STAT = itemgetter(1, 2, 3, 4)
-_LSTAT = attrgetter("st_size", "st_mtime_ns", "st_ctime_ns", "st_ino")
-_ROW_IS_LINK = itemgetter(6)
-_ROW_RACY = itemgetter(7)
-_MODE = attrgetter("st_mode")
-# Stands in for the row of a path the index does not hold: racy, so never vouched for.
-_NO_ROW: _Row = ("", -1, -1, -1, -1, b"", 0, 1)
 
 
 def _parent(path: str) -> str:
@@ -241,18 +235,25 @@ class HashIndex:
 
         An lstat vouches for an entry that is not racy (see :mod:`.hashing`) and has the
         same kind (file or link), size, mtime, ctime and inode: git's rule for trusting its
-        index. Runs once per file of the tree on a restart, so each batch is compared in
-        bulk: ``map`` and ``compress`` loop in C, over the rows as they are kept.
+        index. Runs once per file of the tree on a restart, so it reads the rows directly.
         """
         rows = self._rows
-        stale: list[tuple[str, os.stat_result]] = []
+        islink = stat.S_ISLNK
+        stale = []
         for paths, sts in found:
             seen.update(paths)
-            known = list(map(rows.get, paths, itertools.repeat(_NO_ROW)))
-            changed = map(ne, map(_ROW_STAT, known), map(_LSTAT, sts))
-            relinked = map(ne, map(_ROW_IS_LINK, known), map(stat.S_ISLNK, map(_MODE, sts)))
-            unsure = map(or_, map(or_, changed, relinked), map(_ROW_RACY, known))
-            stale.extend(compress(zip(paths, sts, strict=True), unsure))
+            for path, st in zip(paths, sts, strict=True):
+                row = rows.get(path)
+                if (
+                    row is None
+                    or row[7]
+                    or row[1] != st.st_size
+                    or row[2] != st.st_mtime_ns
+                    or row[3] != st.st_ctime_ns
+                    or row[4] != st.st_ino
+                    or row[6] != islink(st.st_mode)
+                ):
+                    stale.append((path, st))
         return stale
 
     def under(self, directory: str) -> list[str]:

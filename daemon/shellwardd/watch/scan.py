@@ -7,6 +7,15 @@ files that are gone. The walk's lstat is handed on to the hash, which then needs
 other stat than the fstat after reading. These are the only code paths whose cost grows
 with the size of the workspace; the per-call path never calls them unless events were
 lost.
+
+Choices, and why: the walk works a directory at a time (``os.listdir``, then ``os.lstat``
+over every entry through ``map``), not an entry at a time through ``os.scandir``: no
+``DirEntry`` and no Python step per file (100k files: 0.27 s against 0.30 s). The lstat
+calls themselves are most of what is left (0.18-0.20 s). Threads do not help on 2
+cores: 100k lstats took 0.18 s on one thread and 0.20-0.22 s on 2-4 (the GIL changes
+hands at every call). Neither does a walker in native code (``scandir-rs`` with full
+stats: 0.32 s, and its times are float seconds, too coarse to compare), nor ``lstat``
+relative to a directory descriptor (within noise).
 """
 
 from __future__ import annotations
