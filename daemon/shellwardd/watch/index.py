@@ -9,15 +9,17 @@ against the disk repairs whatever was lost.
 
 Choices, and why:
 
-- **One snapshot blob and a journal, not a table of rows.** Fetching 100k rows from
-  SQLite took 0.15-0.25 s, as long as ``git status`` on the whole tree; unpacking one
-  blob of packed columns (:func:`_pack`) takes about 0.05 s. Changes are written as
-  journal rows (a deletion is a row of NULLs) in the transaction that makes them, so a
-  call's update stays small; when the journal has grown past an eighth of the index
-  (:data:`_MIN_JOURNAL` at least), or one update is that large (a cold build), the same
-  transaction writes a fresh snapshot and empties the journal instead. Loading applies
-  the journal over the snapshot. A snapshot that does not unpack (truncated, another
-  format) is dropped and the workspace indexed afresh: nothing is trusted from it.
+- **One snapshot blob and a journal, not a table of rows.** Loading 100k rows from
+  SQLite took 0.24-0.31 s, longer than ``git status`` on the whole tree; reading one
+  blob of packed columns (:func:`_pack`) and unpacking it takes 0.12-0.16 s, most of it
+  building the rows kept in memory. Changes are written as journal rows (a deletion is
+  a row of NULLs) in the transaction that makes them, so a call's update stays small;
+  when the journal has grown past an eighth of the index (:data:`_MIN_JOURNAL` at
+  least), or one update is that large (a cold build), the same transaction writes a
+  fresh snapshot and empties the journal instead. Loading applies the journal over the
+  snapshot. A snapshot that does not unpack whole (truncated, trailing bytes, a path
+  twice, another format) is dropped and the workspace indexed afresh: nothing is
+  trusted from it.
 - **Rows, not entries, in memory.** The dict holds each file's row as a plain tuple; an
   :class:`~.hashing.IndexEntry` is built only when one is asked for. A restart loads
   every row but reads only a few hundred entries after it, and building 100k frozen
@@ -68,7 +70,8 @@ CREATE TABLE IF NOT EXISTS journal (
 """
 
 # The journal is folded into a new snapshot once it holds more rows than an eighth of the
-# index, and never below this many: a snapshot of 100k files is ~11 MB to write (~0.05 s).
+# index, and never below this many: a snapshot of 100k files is 9 MB to pack and write
+# (0.1-0.15 s).
 _MIN_JOURNAL = 4096
 
 # The snapshot: a header (magic, file count, byte length of the paths), then the paths
