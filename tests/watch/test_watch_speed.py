@@ -255,6 +255,7 @@ def test_snapshot_and_journal_give_back_every_change(
         "racy": _entry(41, racy=True),
         "caf\u00e9/\u00fcml\u00e4ut": _entry(42),
         "nul\x01and spaces ": _entry(43),
+        os.fsdecode(b"not utf-8 \xff"): _entry(44),
     }
     index = HashIndex(db, tmp_path)
     index.update(expected)
@@ -267,13 +268,14 @@ def test_snapshot_and_journal_give_back_every_change(
         return again
 
     index = reopen(index)
-    # 45 files: the journal is folded once it holds more than 45 // 8 = 5 rows.
+    # 46 files: the journal is folded once it holds more than 46 // 8 = 5 rows.
     steps: list[tuple[dict[str, IndexEntry | None], tuple[int, int]]] = [
         ({"d/f1": _entry(50), "new": _entry(51)}, (1, 2)),
         ({"d/f2": None, "racy": _entry(41)}, (1, 4)),
         ({"new": None, "d/f2": _entry(52)}, (1, 0)),  # back again; folded
         ({"d/f3": None, "d/f4": None, "link": _entry(53)}, (1, 3)),
         ({"d/f5": None, "absent": None}, (1, 4)),  # what was not there writes nothing
+        ({os.fsdecode(b"\xfe journaled"): _entry(54)}, (1, 5)),
     ]
     for changes, stored in steps:
         index.update(changes)

@@ -58,7 +58,7 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS snapshot (id INTEGER PRIMARY KEY CHECK (id = 0), data BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS journal (
-    path TEXT PRIMARY KEY,
+    path BLOB PRIMARY KEY,
     size INTEGER,
     mtime_ns INTEGER,
     ctime_ns INTEGER,
@@ -206,10 +206,11 @@ class HashIndex:
         journal: Any = self._db.execute("SELECT * FROM journal")
         for row in journal:
             self._journaled += 1
+            path = os.fsdecode(row[0])
             if row[1] is None:
-                rows.pop(row[0], None)
+                rows.pop(path, None)
             else:
-                rows[row[0]] = row
+                rows[path] = (path, *row[1:])
         self._rows = rows
         return True
 
@@ -295,15 +296,14 @@ class HashIndex:
                 )
                 self._journaled = 0
             else:
-                # In path order: SQLite's B-tree takes sorted keys several times faster.
-                written.sort(key=_ROW_PATH)
-                gone.sort()
+                # Paths as bytes: a file name need not be UTF-8, and SQLite's TEXT would
+                # refuse it. In path order: the B-tree takes sorted keys several times faster.
+                journal = sorted((os.fsencode(row[0]), *row[1:]) for row in written)
+                deleted = sorted((os.fsencode(path),) for path in gone)
                 self._db.executemany(
-                    "INSERT OR REPLACE INTO journal VALUES (?,?,?,?,?,?,?,?)", written
+                    "INSERT OR REPLACE INTO journal VALUES (?,?,?,?,?,?,?,?)", journal
                 )
-                self._db.executemany(
-                    "INSERT OR REPLACE INTO journal (path) VALUES (?)", ((p,) for p in gone)
-                )
+                self._db.executemany("INSERT OR REPLACE INTO journal (path) VALUES (?)", deleted)
 
     def close(self) -> None:
         self._db.close()
