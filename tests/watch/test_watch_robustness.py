@@ -340,9 +340,7 @@ def test_shared_calls_overlap_and_say_so(monitor: WorkspaceMonitor, ws: Path) ->
     assert index_state(monitor) == disk_state(ws)
 
 
-def test_a_file_name_that_is_not_utf8_does_not_stop_the_detector(
-    ws: Path, state_dir: Path
-) -> None:
+def test_a_file_name_that_is_not_utf8_does_not_stop_the_detector(ws: Path, state_dir: Path) -> None:
     """A repository can hold any bytes as a file name; the index must store them, not
     fail its build (which would leave the workspace without a write detector)."""
     fill(ws, 40)
