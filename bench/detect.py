@@ -16,6 +16,13 @@ then measures:
 Every ratio is printed side by side, met or not. Workspaces are removed afterwards.
 
     python bench/detect.py [--sizes 1000,10000,100000] [--calls 200]
+    python bench/detect.py --sizes 100000 --rounds 5 --baseline /tmp/old
+
+``--rounds N`` repeats the cold build and the warm restart (each followed by its git
+command) N times and prints medians, with the range of the per-round ratios to git.
+``--baseline DIR`` (a ``git archive`` of other code, with its ``daemon/`` and ``client/``)
+runs that code's cold build and warm restart too, alternating with this tree's in every
+round, so that a before/after comparison shares one run's machine load.
 
 Targets: empty-call overhead at the largest size / at the smallest ≤ 1.1;
 post-processing ≤ 5 ms (100 files) and ≤ 100 ms (cp -r of 2,000 files); cold build /
@@ -80,12 +87,17 @@ def child(ws: Path, state: Path) -> None:
     print(json.dumps({"seconds": seconds, "files": files, "rss_mb": rss, "hwm_mb": hwm}))
 
 
-def run_child(ws: Path, state: Path) -> dict[str, float]:
+def run_child(ws: Path, state: Path, code: Path | None = None) -> dict[str, float]:
+    """One (re)start in a fresh process, importing the code under ``code`` if given."""
+    env = None
+    if code is not None:
+        env = {**os.environ, "PYTHONPATH": f"{code}/daemon{os.pathsep}{code}/client"}
     out = subprocess.run(
         [sys.executable, __file__, "--child", str(ws), str(state)],
         check=True,
         capture_output=True,
         text=True,
+        env=env,
     ).stdout
     result: dict[str, float] = json.loads(out.strip().splitlines()[-1])
     return result
@@ -124,28 +136,66 @@ def post_processing(monitor: WorkspaceMonitor, command: str, expect: int) -> flo
     return seconds
 
 
-def measure(size: int, ncalls: int, base: Path, copy_source: Path) -> dict[str, float]:
-    ws = base / f"ws-{size}"
-    state = base / f"state-{size}"
-    paths = generate(ws, size)
-    r: dict[str, float] = {"files": size}
+# label → the code a restart imports (None: this tree's); "new" is this tree.
+Codes = dict[str, Path | None]
+# One workspace size's figures: seconds and MB, and ranges of ratios as text.
+Result = dict[str, float | str]
 
-    r["git_hash_object_s"] = timed(
-        ["git", "hash-object", "--stdin-paths"], ws, "\n".join(paths) + "\n"
-    )
-    cold = run_child(ws, state)
-    assert cold["files"] == size, cold
-    r["cold_build_s"] = cold["seconds"]
+
+def restarts(
+    ws: Path, base: Path, codes: Codes, rounds: int, git: list[str], stdin: str | None = None
+) -> dict[str, list[float]]:
+    """``rounds`` times: one restart per code, in turn, then ``git``; seconds and RSS.
+
+    Each code keeps its own state dir under ``base``; a cold build (``stdin`` given: the
+    file list for ``git hash-object``) empties it first.
+    """
+    times: dict[str, list[float]] = {"git": []}
+    for _ in range(rounds):
+        for label, code in codes.items():
+            state = base / f"state-{label}"
+            if stdin is not None:
+                shutil.rmtree(state, ignore_errors=True)
+            result = run_child(ws, state, code)
+            for key in ("seconds", "files", "rss_mb", "hwm_mb"):
+                times.setdefault(f"{label}_{key}", []).append(result[key])
+        times["git"].append(timed(git, ws, stdin))
+    return times
+
+
+def spread(seconds: list[float], git: list[float]) -> str:
+    """The range of the per-round ratios to git (each round's own git run)."""
+    ratios = [ours / theirs for ours, theirs in zip(seconds, git, strict=True)]
+    return f"{min(ratios):.2f}-{max(ratios):.2f}"
+
+
+def measure(
+    size: int, ncalls: int, base: Path, copy_source: Path, codes: Codes, rounds: int
+) -> Result:
+    ws = base / f"ws-{size}"
+    paths = generate(ws, size)
+    r: Result = {"files": size}
+
+    listing = "\n".join(paths) + "\n"
+    cold = restarts(ws, base, codes, rounds, ["git", "hash-object", "--stdin-paths"], listing)
 
     subprocess.run(["git", "init", "-q"], cwd=ws, check=True)
     subprocess.run([*GIT, "-c", "core.compression=0", "add", "-A"], cwd=ws, check=True)
     subprocess.run([*GIT, "commit", "-qm", "bench"], cwd=ws, check=True)
     status = ["git", "status", "--porcelain"]
     timed(status, ws)  # settles git's own racy entries, as a user's repository would be
-    r["git_status_s"] = statistics.median(timed(status, ws) for _ in range(3))
-    warm = run_child(ws, state)
-    r["warm_restart_s"] = warm["seconds"]
-    r["rss_mb"], r["hwm_mb"] = warm["rss_mb"], warm["hwm_mb"]
+    warm = restarts(ws, base, codes, rounds, status)
+    r["git_hash_object_s"] = statistics.median(cold["git"])
+    r["git_status_s"] = statistics.median(warm["git"])
+    for label in codes:
+        assert set(cold[f"{label}_files"]) == {size}, (label, cold[f"{label}_files"])
+        r[f"{label}_cold_build_s"] = statistics.median(cold[f"{label}_seconds"])
+        r[f"{label}_cold_ratios"] = spread(cold[f"{label}_seconds"], cold["git"])
+        r[f"{label}_warm_restart_s"] = statistics.median(warm[f"{label}_seconds"])
+        r[f"{label}_warm_ratios"] = spread(warm[f"{label}_seconds"], warm["git"])
+        r[f"{label}_rss_mb"] = statistics.median(warm[f"{label}_rss_mb"])
+        r[f"{label}_hwm_mb"] = statistics.median(warm[f"{label}_hwm_mb"])
+    state = base / "state-new"
 
     monitor = WorkspaceMonitor(ws, state)
     monitor.start()
@@ -165,53 +215,71 @@ def measure(size: int, ncalls: int, base: Path, copy_source: Path) -> dict[str, 
     finally:
         monitor.stop()
         shutil.rmtree(ws)
-        shutil.rmtree(state)
+        for label in codes:
+            shutil.rmtree(base / f"state-{label}")
     return r
 
 
-def report(results: list[dict[str, float]]) -> None:
+def report(results: list[Result], labels: list[str]) -> None:
     small = results[0]
 
     def row(label: str, values: list[str], target: str = "") -> None:
         print(f"{label:<44}" + "".join(f"{v:>14}" for v in values) + f"   {target}")
 
+    def seconds(r: Result, key: str) -> float:
+        value = r[key]
+        assert isinstance(value, float)
+        return value
+
     row("files", [f"{int(r['files']):,}" for r in results])
-    row("cold index build (s)", [f"{r['cold_build_s']:.3f}" for r in results])
     row("git hash-object --stdin-paths (s)", [f"{r['git_hash_object_s']:.3f}" for r in results])
-    row(
-        "  ratio cold build / git hash-object",
-        [f"{r['cold_build_s'] / r['git_hash_object_s']:.2f}" for r in results],
-        "target <= 1.0",
-    )
-    row("warm restart re-validation (s)", [f"{r['warm_restart_s']:.3f}" for r in results])
     row("git status (s)", [f"{r['git_status_s']:.3f}" for r in results])
+    for label in labels:
+        name = "" if label == "new" else f" [{label}]"
+        cold, warm = f"{label}_cold_build_s", f"{label}_warm_restart_s"
+        row(f"cold index build{name} (s)", [f"{r[cold]:.3f}" for r in results])
+        row(
+            "  ratio cold build / git hash-object",
+            [f"{seconds(r, cold) / seconds(r, 'git_hash_object_s'):.2f}" for r in results],
+            "target <= 1.0",
+        )
+        row("  per-round ratios", [str(r[f"{label}_cold_ratios"]) for r in results])
+        row(f"warm restart re-validation{name} (s)", [f"{r[warm]:.3f}" for r in results])
+        row(
+            "  ratio warm restart / git status",
+            [f"{seconds(r, warm) / seconds(r, 'git_status_s'):.2f}" for r in results],
+            "target <= 1.0",
+        )
+        row("  per-round ratios", [str(r[f"{label}_warm_ratios"]) for r in results])
+        row(
+            f"RSS holding the index{name} (MB)",
+            [f"{r[f'{label}_rss_mb']:.1f}" for r in results],
+            "target <= 150",
+        )
+        row("  peak RSS, VmHWM (MB)", [f"{r[f'{label}_hwm_mb']:.1f}" for r in results])
     row(
-        "  ratio warm restart / git status",
-        [f"{r['warm_restart_s'] / r['git_status_s']:.2f}" for r in results],
-        "target <= 1.0",
+        "empty call, detector part (ms)",
+        [f"{seconds(r, 'call_own_s') * 1e3:.2f}" for r in results],
     )
-    row("RSS holding the index (MB)", [f"{r['rss_mb']:.1f}" for r in results], "target <= 150")
-    row("  peak RSS, VmHWM (MB)", [f"{r['hwm_mb']:.1f}" for r in results])
-    row("empty call, detector part (ms)", [f"{r['call_own_s'] * 1e3:.2f}" for r in results])
     row(
         "  ratio vs smallest workspace",
-        [f"{r['call_own_s'] / small['call_own_s']:.2f}" for r in results],
+        [f"{seconds(r, 'call_own_s') / seconds(small, 'call_own_s'):.2f}" for r in results],
         "target <= 1.1",
     )
-    row("empty call, whole (ms)", [f"{r['call_whole_s'] * 1e3:.2f}" for r in results])
+    row("empty call, whole (ms)", [f"{seconds(r, 'call_whole_s') * 1e3:.2f}" for r in results])
     row(
         "  ratio vs smallest workspace",
-        [f"{r['call_whole_s'] / small['call_whole_s']:.2f}" for r in results],
+        [f"{seconds(r, 'call_whole_s') / seconds(small, 'call_whole_s'):.2f}" for r in results],
         "target <= 1.1",
     )
     row(
         "post-processing, 100 files written (ms)",
-        [f"{r['write100_s'] * 1e3:.1f}" for r in results],
+        [f"{seconds(r, 'write100_s') * 1e3:.1f}" for r in results],
         "target <= 5",
     )
     row(
         "post-processing, cp -r of 2,000 files (ms)",
-        [f"{r['cp2000_s'] * 1e3:.1f}" for r in results],
+        [f"{seconds(r, 'cp2000_s') * 1e3:.1f}" for r in results],
         "target <= 100",
     )
 
@@ -220,12 +288,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="1000,10000,100000", help="workspace sizes in files")
     parser.add_argument("--calls", type=int, default=200, help="empty calls per size")
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="cold builds and warm restarts per size (medians)"
+    )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="a tree of other code (daemon/, client/) to time alternately with this one",
+    )
     parser.add_argument("--child", nargs=2, metavar=("WS", "STATE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(Path(args.child[0]), Path(args.child[1]))
         return
     sizes = [int(s) for s in args.sizes.split(",")]
+    codes: Codes = {"new": None}
+    if args.baseline is not None:
+        codes = {"baseline": args.baseline.resolve(), **codes}
     base = Path(tempfile.mkdtemp(prefix="shellward-bench-detect-", dir="/tmp"))
     try:
         copy_source = base / "copy-source"
@@ -233,9 +312,10 @@ def main() -> None:
         results = []
         for size in sizes:
             print(f"measuring {size:,} files ...", file=sys.stderr, flush=True)
-            results.append(measure(size, args.calls, base, copy_source))
+            results.append(measure(size, args.calls, base, copy_source, codes, args.rounds))
         print(f"cpus: {os.cpu_count()}, python {sys.version.split()[0]}, {sys.platform}")
-        report(results)
+        print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        report(results, list(codes))
     finally:
         shutil.rmtree(base)
 

@@ -338,3 +338,36 @@ def test_shared_calls_overlap_and_say_so(monitor: WorkspaceMonitor, ws: Path) ->
     )
     assert effects_b.overlapped and "other calls" in effects_b.note
     assert index_state(monitor) == disk_state(ws)
+
+
+def test_a_file_name_that_is_not_utf8_does_not_stop_the_detector(ws: Path, state_dir: Path) -> None:
+    """A repository can hold any bytes as a file name; the index must store them, not
+    fail its build (which would leave the workspace without a write detector)."""
+    fill(ws, 40)
+    os.makedirs(os.fsencode(ws) + b"/caf\xe9")
+    with open(os.fsencode(ws) + b"/caf\xe9/n\xffme", "wb") as f:
+        f.write(b"latin-1 name\n")
+    first = WorkspaceMonitor(ws, state_dir)
+    first.start()
+    try:
+        assert first.wait_ready(30)
+        assert first.progress().state == "ready", first.progress().note
+        odd = os.fsdecode(b"caf\xe9/n\xffme")
+        entry = first.snapshot()[odd]
+        assert entry.hash == sha(b"latin-1 name\n")
+        # A call writing one more: a journal row, then read back by a restart.
+        effects = run(first, "printf x > \"$(printf 'caf\\351/sec\\376nd')\"")
+        second_name = os.fsdecode(b"caf\xe9/sec\xfend")
+        assert summary(effects) == [("created", second_name)]
+    finally:
+        first.stop()
+    again = WorkspaceMonitor(ws, state_dir)
+    again.start()
+    try:
+        assert again.wait_ready(30)
+        assert again.progress().state == "ready", again.progress().note
+        held = again.snapshot()
+        assert held[odd].hash == sha(b"latin-1 name\n")
+        assert held[second_name].hash == sha(b"x")
+    finally:
+        again.stop()

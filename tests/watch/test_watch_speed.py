@@ -8,16 +8,21 @@ order: each is checked here against the plain, slow way of getting the same answ
 from __future__ import annotations
 
 import os
+import sqlite3
 import time
+from collections.abc import Callable
+from contextlib import closing
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+import shellwardd.watch.index as index_module
 import shellwardd.watch.scan as scan
 from shellwardd.watch import WorkspaceMonitor
 from shellwardd.watch.hashing import RACY_WINDOW_NS, IndexEntry, Stamp, fs_stamp, probe
 from shellwardd.watch.index import HashIndex
-from shellwardd.watch.paths import PathFilter
+from shellwardd.watch.paths import PathFilter, PathKind
 from shellwardd.watch.scan import probe_many, stat_scan, walk
 
 from .conftest import fill, run, sha, summary
@@ -222,3 +227,216 @@ def test_restart_after_a_settled_build_still_sees_offline_edits(ws: Path, state_
         assert second.snapshot()[rel].hash == sha(files[7].read_bytes())
     finally:
         second.stop()
+
+
+def _entry(n: int, **fields: object) -> IndexEntry:
+    return replace(IndexEntry(n, n * 10, n * 10 + 1, 1000 + n, bytes([n]) * 32), **fields)
+
+
+def _stored(db: Path) -> tuple[int, int]:
+    """(snapshots, journal rows) in the index database."""
+    with closing(sqlite3.connect(db)) as conn:
+        snapshots = conn.execute("SELECT COUNT(*) FROM snapshot").fetchone()[0]
+        journal = conn.execute("SELECT COUNT(*) FROM journal").fetchone()[0]
+    return snapshots, journal
+
+
+def test_snapshot_and_journal_give_back_every_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restart reads the snapshot and applies the journal over it: every write, through
+    journal rows, deletions and the fold of the journal into a new snapshot, comes back."""
+    monkeypatch.setattr(index_module, "_MIN_JOURNAL", 4)
+    db = tmp_path / "i.sqlite"
+    expected = {f"d/f{i}": _entry(i) for i in range(40)}
+    expected |= {
+        "link": IndexEntry(4, 1, 2, 3, b"../a target", is_link=True),
+        "unreadable": IndexEntry(5, -7, 6, 7, b""),  # before 1970, and no digest
+        "racy": _entry(41, racy=True),
+        "caf\u00e9/\u00fcml\u00e4ut": _entry(42),
+        "nul\x01and spaces ": _entry(43),
+        os.fsdecode(b"not utf-8 \xff"): _entry(44),
+    }
+    index = HashIndex(db, tmp_path)
+    index.update(expected)
+    assert _stored(db) == (1, 0)  # one large write: a snapshot, no journal
+
+    def reopen(index: HashIndex) -> HashIndex:
+        index.close()
+        again = HashIndex(db, tmp_path)
+        assert again.persisted and dict(again.items()) == expected
+        return again
+
+    index = reopen(index)
+    # 46 files: the journal is folded once it holds more than 46 // 8 = 5 rows.
+    steps: list[tuple[dict[str, IndexEntry | None], tuple[int, int]]] = [
+        ({"d/f1": _entry(50), "new": _entry(51)}, (1, 2)),
+        ({"d/f2": None, "racy": _entry(41)}, (1, 4)),
+        ({"new": None, "d/f2": _entry(52)}, (1, 0)),  # back again; folded
+        ({"d/f3": None, "d/f4": None, "link": _entry(53)}, (1, 3)),
+        ({"d/f5": None, "absent": None}, (1, 4)),  # what was not there writes nothing
+        ({os.fsdecode(b"\xfe journaled"): _entry(54)}, (1, 5)),
+    ]
+    for changes, stored in steps:
+        index.update(changes)
+        assert _stored(db) == stored
+        for path, entry in changes.items():
+            if entry is None:
+                expected.pop(path, None)
+            else:
+                expected[path] = entry
+        index = reopen(index)
+    reopen(index).close()
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda data: data[:-1],
+        lambda data: data + b"\0",
+        lambda data: b"x" + data[1:],
+        lambda data: data[:16] + (10**6).to_bytes(8, "little") + data[24:],
+        lambda data: b"",
+        lambda data: "text, not a blob",
+        lambda data: index_module._pack([("f0", 1, 2, 3, 4, b"d", 0, 0)] * 2),
+    ],
+    ids=["truncated", "trailing", "magic", "count", "empty", "text", "repeated"],
+)
+def test_a_damaged_snapshot_is_dropped_not_trusted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damage: Callable[[bytes], object]
+) -> None:
+    monkeypatch.setattr(index_module, "_MIN_JOURNAL", 1)  # three files: a snapshot
+    db = tmp_path / "i.sqlite"
+    index = HashIndex(db, tmp_path)
+    index.update({f"f{i}": _entry(i) for i in range(3)})
+    index.close()
+    with closing(sqlite3.connect(db)) as conn, conn:
+        (data,) = conn.execute("SELECT data FROM snapshot").fetchone()
+        conn.execute("UPDATE snapshot SET data = ?", (damage(data),))
+    again = HashIndex(db, tmp_path)
+    # Nothing is read from it: the monitor indexes the workspace afresh.
+    assert not again.persisted and len(again) == 0
+    assert _stored(db) == (0, 0)
+    again.close()
+
+
+def test_bulk_revalidation_reads_exactly_what_changed_offline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The restart's walk and comparison in bulk, across batch boundaries, against a
+    fresh index of the same tree; and only the files whose lstat changed are read."""
+    monkeypatch.setattr(scan, "_BATCH", 7)  # batches end inside directories
+    ws = tmp_path / "ws"
+    files = fill(ws, 60, per_dir=9)
+    (ws / ".git").mkdir()
+    (ws / ".git" / "HEAD").write_text("ref\n")
+    (ws / "skip.log").write_text("ignored\n")
+    pfilter = PathFilter(("*.log",))
+    root = str(ws)
+    time.sleep(0.05)
+    index = HashIndex(tmp_path / "state" / "i.sqlite", ws)
+    index.update(stat_scan(index, root, pfilter, fs_stamp(tmp_path)))
+    assert len(index) == 60 and not any(e.racy for _, e in index.items())
+
+    def rel(path: Path) -> str:
+        return str(path.relative_to(ws))
+
+    # Size changed, mtime put back: only size and ctime tell.
+    st = files[0].stat()
+    files[0].write_bytes(files[0].read_bytes() + b"more")
+    os.utime(files[0], ns=(st.st_atime_ns, st.st_mtime_ns))
+    # Same size, mtime put back: only the ctime tells.
+    st = files[1].stat()
+    files[1].write_bytes(files[1].read_bytes().upper())
+    os.utime(files[1], ns=(st.st_atime_ns, st.st_mtime_ns))
+    files[2].unlink()  # replaced by a symlink
+    os.symlink(files[3].name, files[2])
+    files[4].unlink()  # deleted
+    files[5].unlink()  # replaced by a directory
+    (files[5] / "inner").mkdir(parents=True)
+    (files[5] / "inner" / "x").write_text("x\n")
+    (ws / "d000" / "new").write_text("new\n")  # added
+    for path in files[9:18]:  # a directory replaced by a file
+        path.unlink()
+    (ws / "d001").rmdir()
+    (ws / "d001").write_text("now a file\n")
+    # Recorded racy (same stat, other content): read whatever its lstat says.
+    racy = rel(files[30])
+    recorded = index.get(racy)
+    assert recorded is not None
+    index.update({racy: replace(recorded, digest=b"stale", racy=True)})
+
+    probed: list[str] = []
+
+    def counting_probe(
+        path: str, stamp: Stamp | None = None, st: os.stat_result | None = None
+    ) -> IndexEntry | None:
+        probed.append(path[len(root) + 1 :])
+        return probe(path, stamp, st)
+
+    monkeypatch.setattr(scan, "probe", counting_probe)
+    index.update(stat_scan(index, root, pfilter, fs_stamp(tmp_path)))
+    read = {rel(files[i]) for i in (0, 1, 2)} | {"d000/new", "d000/f00005.txt/inner/x"}
+    assert sorted(probed) == sorted(read | {racy, "d001"})
+
+    fresh = HashIndex(tmp_path / "state" / "fresh.sqlite", ws)
+    fresh.update(stat_scan(fresh, root, pfilter, fs_stamp(tmp_path)))
+
+    def recorded_state(idx: HashIndex) -> dict[str, IndexEntry]:
+        return {path: replace(entry, racy=False) for path, entry in idx.items()}
+
+    assert recorded_state(index) == recorded_state(fresh)
+    link = index.get(rel(files[2]))
+    assert link is not None and link.hash == f"symlink:{files[3].name}"
+    assert rel(files[4]) not in index and "d001/f00009.txt" not in index
+    index.close()
+    fresh.close()
+
+
+def test_walk_in_bulk_keeps_what_the_filter_keeps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ws = tmp_path / "ws"
+    for rel in [
+        "a/b/keep.txt",
+        "a/b/skip.pyc",
+        "node_modules/pkg/index.js",
+        "docs/page.tmp",
+        "docs/page.md",
+        "sub/docs/page.tmp",
+        ".git/HEAD",
+        "nested/.git/config",
+        ".shellward/cookies/open-1",
+        ".shellward/rules.toml",
+    ]:
+        (ws / rel).parent.mkdir(parents=True, exist_ok=True)
+        (ws / rel).write_text(rel)
+    os.symlink("a", ws / "dirlink")  # a link, never entered
+    os.mkfifo(ws / "fifo")  # neither file nor link
+    pfilter = PathFilter(("node_modules", "*.pyc", "docs/*.tmp"))
+
+    def expected() -> list[str]:
+        """The slow way: classify every path; keep regular files and links."""
+        kept = []
+        for directory, dirs, names in os.walk(ws):  # lists links to directories in dirs
+            base = os.path.relpath(directory, ws)
+            prefix = "" if base == "." else f"{base}/"
+            for name in [*names, *dirs]:
+                full = f"{directory}/{name}"
+                if pfilter.classify(prefix + name) is not PathKind.INDEXED:
+                    continue
+                if os.path.islink(full) or os.path.isfile(full):
+                    kept.append(prefix + name)
+            dirs[:] = [d for d in dirs if pfilter.classify(prefix + d) is PathKind.INDEXED]
+        return sorted(kept)
+
+    found = sorted(path for path, _ in walk(str(ws), pfilter))
+    assert found == expected()
+    assert "sub/docs/page.tmp" in found and "dirlink" in found and "a/b/dirlink" not in found
+
+    # An entry that goes away between the listing and its lstat is skipped, not fatal.
+    listdir = os.listdir
+    monkeypatch.setattr(os, "listdir", lambda path: [*listdir(path), "gone"])
+    ghostly = sorted(path for path, _ in walk(str(ws), pfilter))
+    monkeypatch.undo()
+    assert ghostly == found

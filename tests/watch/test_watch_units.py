@@ -146,8 +146,8 @@ def test_an_lstat_vouches_only_for_the_very_same_file(tmp_path: Path) -> None:
     index.close()
     again = HashIndex(tmp_path / "i.sqlite", tmp_path)  # the rows as a restart reads them
     seen: set[str] = set()
-    found = [(path, st) for path in [*variants, "new"]]
-    stale = again.unvouched(found, seen)
+    paths = [*variants, "new"]
+    stale = again.unvouched([(paths, [st] * len(paths))], seen)
     assert [path for path, _ in stale] == ["size", "mtime", "ctime", "inode", "link", "racy", "new"]
     assert seen == {*variants, "new"}
     assert dict(again.items()) == variants

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 # else could overtake the events of the call it is meant to close.
 COOKIE_DIR = ".shellward/cookies"
 GIT_DIR_NAME = ".git"
+_COOKIE_PARENT = COOKIE_DIR.rpartition("/")[0]
 
 
 class PathKind(enum.Enum):
@@ -95,3 +96,16 @@ class PathFilter:
         if self._path_re is not None and self._path_re.match(child):
             return PathKind.IGNORED
         return PathKind.INDEXED
+
+    def all_indexed(self, directory: str, children: Sequence[str], names: Sequence[str]) -> bool:
+        """Whether :meth:`child_kind` is INDEXED for every child (path and name) of
+        ``directory``, itself INDEXED.
+
+        The walk asks this once per directory, so that the usual directory, where every
+        entry is indexed, costs no call per entry.
+        """
+        if directory == _COOKIE_PARENT or GIT_DIR_NAME in names:
+            return False
+        if self._name_re is not None and any(map(self._name_re.match, names)):
+            return False
+        return self._path_re is None or not any(map(self._path_re.match, children))

@@ -7,14 +7,25 @@ files that are gone. The walk's lstat is handed on to the hash, which then needs
 other stat than the fstat after reading. These are the only code paths whose cost grows
 with the size of the workspace; the per-call path never calls them unless events were
 lost.
+
+Choices, and why: the walk works a directory at a time (``os.listdir``, then ``os.lstat``
+over every entry through ``map``), not an entry at a time through ``os.scandir``: no
+``DirEntry`` and no Python step per file (100k files: 0.27 s against 0.30 s). The lstat
+calls themselves are most of what is left (0.18-0.20 s). Threads do not help on 2
+cores: 100k lstats took 0.18 s on one thread and 0.20-0.22 s on 2-4 (the GIL changes
+hands at every call). Neither does a walker in native code (``scandir-rs`` with full
+stats: 0.32 s, and its times are float seconds, too coarse to compare), nor ``lstat``
+relative to a directory descriptor (within noise).
 """
 
 from __future__ import annotations
 
+import operator
 import os
 import stat
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from itertools import compress
 
 from .hashing import IndexEntry, Stamp, probe
 from .index import HashIndex
@@ -33,53 +44,102 @@ _HASH_THREADS = max(1, min(4, os.cpu_count() or 1))
 _LARGE_FILE = 256 * 1024
 # How many small files between two progress reports.
 _PROGRESS_EVERY = 256
+# How many files a re-validation compares with the index at once: large enough that the
+# bulk comparison's fixed cost vanishes, small enough to hold few lstats at a time.
+_BATCH = 4096
+_MODE = operator.attrgetter("st_mode")
+_FILE_KINDS = frozenset((stat.S_IFREG, stat.S_IFLNK))
 
 
 def join(root: str, path: str) -> str:
     return f"{root}/{path}" if path else root
 
 
-def walk(
+def walk_dirs(
     root: str, pfilter: PathFilter, start: str = "", listed: set[str] | None = None
-) -> Iterator[tuple[str, os.stat_result]]:
-    """(path, lstat) of every INDEXED regular file and symlink at or below ``start``.
+) -> Iterator[tuple[list[str], list[os.stat_result]]]:
+    """The paths and lstats of every INDEXED regular file and symlink at or below
+    ``start``, one directory at a time.
 
     Symlinked directories are recorded as links, never entered. ``start`` must itself
     classify as INDEXED; if it is a file, only that file is yielded. Every directory
     listed on the way is added to ``listed``: a walk from one of them would find nothing
-    more.
+    more. A directory's entries are filtered, lstat'ed and sorted by kind in bulk (``map``
+    runs the loop in C; ``os.lstat`` needs no ``DirEntry``), so the cost per file is
+    little more than its lstat.
     """
     stack = [start]
     while stack:
         directory = stack.pop()
+        base = join(root, directory)
         try:
-            entries = os.scandir(join(root, directory))
+            names = os.listdir(base)
         except NotADirectoryError:
             try:
-                st = os.lstat(join(root, directory))
+                st = os.lstat(base)
             except FileNotFoundError:
                 continue
-            if stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
-                yield directory, st
+            if stat.S_IFMT(st.st_mode) in _FILE_KINDS:
+                yield [directory], [st]
             continue
         except (FileNotFoundError, PermissionError):
             continue
         if listed is not None:
             listed.add(directory)
         prefix = f"{directory}/" if directory else ""
-        with entries:
-            for entry in entries:
-                name = entry.name
-                path = prefix + name
-                if pfilter.child_kind(path, name) is not PathKind.INDEXED:
-                    continue
-                try:
-                    if entry.is_dir(follow_symlinks=False):
-                        stack.append(path)
-                    elif entry.is_file(follow_symlinks=False) or entry.is_symlink():
-                        yield path, entry.stat(follow_symlinks=False)
-                except FileNotFoundError:
-                    continue  # removed while we walked: the scan counts it as gone
+        paths = list(map(prefix.__add__, names))
+        if not pfilter.all_indexed(directory, paths, names):
+            kept = [
+                pfilter.child_kind(path, name) is PathKind.INDEXED
+                for path, name in zip(paths, names, strict=True)
+            ]
+            paths, names = list(compress(paths, kept)), list(compress(names, kept))
+        try:
+            sts = list(map(os.lstat, map(f"{base}/".__add__, names)))
+        except (FileNotFoundError, NotADirectoryError):
+            paths, sts = _lstat_each(base, paths, names)
+        kinds = list(map(stat.S_IFMT, map(_MODE, sts)))
+        stack.extend(compress(paths, map(stat.S_IFDIR.__eq__, kinds)))
+        files = list(map(_FILE_KINDS.__contains__, kinds))
+        yield list(compress(paths, files)), list(compress(sts, files))
+
+
+def _lstat_each(
+    base: str, paths: list[str], names: list[str]
+) -> tuple[list[str], list[os.stat_result]]:
+    """The lstats of the entries of one directory that are still there."""
+    found, sts = [], []
+    for path, name in zip(paths, names, strict=True):
+        try:
+            sts.append(os.lstat(f"{base}/{name}"))
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # removed while we walked (or its directory was): the scan counts it as gone
+        found.append(path)
+    return found, sts
+
+
+def walk(
+    root: str, pfilter: PathFilter, start: str = "", listed: set[str] | None = None
+) -> Iterator[tuple[str, os.stat_result]]:
+    """(path, lstat) of every file :func:`walk_dirs` finds, one at a time."""
+    for paths, sts in walk_dirs(root, pfilter, start, listed):
+        yield from zip(paths, sts, strict=True)
+
+
+def _batches(
+    found: Iterable[tuple[list[str], list[os.stat_result]]],
+) -> Iterator[tuple[list[str], list[os.stat_result]]]:
+    """``found`` joined into batches of at least :data:`_BATCH` files (but the last)."""
+    paths: list[str] = []
+    sts: list[os.stat_result] = []
+    for more_paths, more_sts in found:
+        paths += more_paths
+        sts += more_sts
+        if len(paths) >= _BATCH:
+            yield paths, sts
+            paths, sts = [], []
+    if paths:
+        yield paths, sts
 
 
 def probe_many(
@@ -150,7 +210,7 @@ def stat_scan(
     changes: Changes = {}
     seen: set[str] = set()
     stale: list[tuple[str, os.stat_result | None]] = []
-    stale.extend(index.unvouched(walk(root, pfilter, start, listed), seen))
+    stale.extend(index.unvouched(_batches(walk_dirs(root, pfilter, start, listed)), seen))
     total = len(seen)
     done = total - len(stale)
 
@@ -164,9 +224,8 @@ def stat_scan(
     for (path, _), new in zip(stale, probe_many(root, stale, stamp, advance), strict=True):
         if new != index.get(path):
             changes[path] = new
-    for path in index.under(start) if start else list(index):
-        if path not in seen:
-            changes[path] = None
+    for path in set(index.under(start) if start else index).difference(seen):
+        changes[path] = None
     if start and start not in seen and start in index:
         changes[start] = None
     return changes
