@@ -6,11 +6,14 @@ are covered by test_proxy.py); the servers are raw TCP listeners on the host's 1
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
 import socket
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import closing
+from pathlib import Path
 
 import pytest
 
@@ -198,3 +201,102 @@ def test_closing_the_proxy_ends_open_tunnels(
     wait_for(lambda: _tunnel_threads() == [])
     assert call.effects()[0].bytes_received > 0
     client.close()
+
+
+def test_effects_are_in_the_order_the_connections_were_asked_for(
+    proxy: EgressProxy, upstream: Callable[[Handler], int]
+) -> None:
+    # A long download asked for first ends after a short request asked for later: the
+    # record lists them as the command asked for them, however the transfers end.
+    go = threading.Event()
+
+    def slow(conn: socket.socket) -> None:
+        go.wait(10)
+        conn.sendall(b"first")
+
+    def quick(conn: socket.socket) -> None:
+        conn.sendall(b"second!")
+
+    call = proxy.open(OPERATOR)
+    slow_port, quick_port = upstream(slow), upstream(quick)
+    with closing(_tunnel(call, slow_port)) as first:
+        with closing(_tunnel(call, quick_port)) as second:
+            assert _read_all(second) == b"second!"
+        go.set()
+        assert _read_all(first) == b"first"
+    proxy.close_call(call)
+    assert [(e.port, e.bytes_received) for e in call.effects()] == [(slow_port, 5), (quick_port, 7)]
+
+
+def _pass(call: CallEgress, *fds: int) -> socket.socket:
+    """What the sandbox's relay does: a connection to the call's socket carrying descriptors."""
+    conn = socket.socket(socket.AF_UNIX)
+    conn.settimeout(30)
+    conn.connect(str(call.socket_path))
+    socket.send_fds(conn, [b"\0"], list(fds))
+    return conn
+
+
+def test_a_tcp_connection_passed_by_the_relay_is_served_directly(
+    proxy: EgressProxy, upstream: Callable[[Handler], int]
+) -> None:
+    # The relay passes the command's socket and closes its own copy: the proxy speaks to it.
+    down = _pattern(5 * MB, b"passed")
+    port = upstream(lambda conn: conn.sendall(down))
+    call = proxy.open(OPERATOR)
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        command = socket.create_connection(listener.getsockname(), timeout=30)
+        accepted, _ = listener.accept()
+    with accepted:
+        _pass(call, accepted.fileno()).close()
+    with closing(command):
+        command.sendall(f"CONNECT {NAME}:{port} HTTP/1.1\r\n\r\n".encode())
+        assert _read_exactly(command, 39).startswith(b"HTTP/1.1 200 ")
+        assert _read_all(command) == down
+    proxy.close_call(call)
+    (effect,) = call.effects()
+    assert (effect.port, effect.bytes_received) == (port, len(down))
+
+
+def _open_fds() -> dict[str, str]:
+    """This process's descriptors (the proxy's among them), and what each one is."""
+    found = {}
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # the directory's own, closed by now
+            found[fd] = os.readlink(f"/proc/self/fd/{fd}")
+    return found
+
+
+def test_anything_but_one_connected_tcp_socket_passed_is_refused(
+    proxy: EgressProxy, upstream: Callable[[Handler], int], tmp_path: Path
+) -> None:
+    # A hostile command connects to the call's socket itself and passes other things: a
+    # file, a Unix socket (its own end of the proxy socket), a UDP socket, a listener, two
+    # sockets at once. Each connection is closed unread; nothing is kept open in the
+    # daemon, and the proxy still serves the next client.
+    call = proxy.open(OPERATOR)
+    before = _open_fds()
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        tcp = socket.create_connection(listener.getsockname())
+        peer, _ = listener.accept()
+        udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        udp.connect(("127.0.0.1", 9))  # connected: only its type gives it away
+        hostile = [
+            [os.open(tmp_path / "file", os.O_RDWR | os.O_CREAT)],
+            [socket.socket(socket.AF_UNIX).detach()],
+            [udp.detach()],
+            [os.dup(listener.fileno())],
+            [os.dup(peer.fileno()), os.dup(tcp.fileno())],
+        ]
+        for fds in hostile:
+            with closing(_pass(call, *fds)) as conn:
+                for fd in fds:
+                    os.close(fd)
+                assert conn.recv(100) == b""  # closed, no answer
+        for sock in (tcp, peer):
+            sock.close()
+    wait_for(lambda: not _open_fds().items() - before.items())  # nothing new stays open
+    assert call.effects() == ()
+    port = upstream(lambda conn: conn.sendall(b"still here"))
+    with closing(_tunnel(call, port)) as client:
+        assert _read_all(client) == b"still here"

@@ -32,10 +32,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import os
 import shutil
 import socket
+import sys
 import tempfile
 import threading
 from collections.abc import Callable, Mapping
@@ -82,36 +84,44 @@ def system_resolver(pinned: Mapping[str, str]) -> Resolver:
 
 
 class CallEgress:
-    """One call's socket and the effects recorded on it."""
+    """One call's socket and the effects recorded on it, in the order the connections
+    were asked for (they end in any order: a long download outlives the requests after it)."""
 
     def __init__(self, directory: Path, policy: EgressPolicy) -> None:
         self.directory = directory
         self.socket_path = directory / "proxy.sock"
         self.policy = policy
-        self._effects: list[NetworkEffect] = []
+        self._asked = itertools.count()
+        self._effects: list[tuple[int, NetworkEffect]] = []
         self._lock = threading.Lock()
         self._listener: socket.socket | None = None
         self._acceptor: asyncio.Task[None] | None = None
         self._connections: set[asyncio.Task[None]] = set()
 
-    def record(self, effect: NetworkEffect) -> None:
+    def ask(self) -> int:
+        """A new connection's place in the order."""
+        with self._lock:
+            return next(self._asked)
+
+    def record(self, effect: NetworkEffect, asked: int) -> None:
+        """Record a connection's effect at its place (from :meth:`ask`)."""
         with self._lock:
             if len(self._effects) < MAX_EFFECTS:
-                self._effects.append(effect)
+                self._effects.append((asked, effect))
                 return
             # Past the cap, one last entry sums the rest (its method is no read: fail closed).
-            last = self._effects[-1] if len(self._effects) > MAX_EFFECTS else None
+            last = self._effects[-1][1] if len(self._effects) > MAX_EFFECTS else None
             self._effects[MAX_EFFECTS:] = [
-                NetworkEffect(
+                (sys.maxsize, NetworkEffect(
                     host="(further connections, summed)", port=0, method="*",
                     bytes_sent=effect.bytes_sent + (last.bytes_sent if last else 0),
                     bytes_received=effect.bytes_received + (last.bytes_received if last else 0),
-                )
+                ))
             ]  # fmt: skip
 
     def effects(self) -> tuple[NetworkEffect, ...]:
         with self._lock:
-            return tuple(self._effects)
+            return tuple(effect for _, effect in sorted(self._effects, key=lambda e: e[0]))
 
 
 class EgressProxy:
@@ -174,18 +184,25 @@ class EgressProxy:
         while True:
             client, _ = await self._loop.sock_accept(listener)
             client.setblocking(False)
-            task = self._loop.create_task(self._connection(call, client))
+            task = self._loop.create_task(self._connection(call, client, call.ask()))
             call._connections.add(task)
             task.add_done_callback(call._connections.discard)
 
-    async def _connection(self, call: CallEgress, client: socket.socket) -> None:
+    async def _connection(self, call: CallEgress, conn: socket.socket, asked: int) -> None:
+        client = conn
         try:
-            await self._serve(call, _Inbound(self._loop, client))
+            try:
+                client, first = await asyncio.wait_for(_client(self._loop, conn), _HEAD_TIMEOUT)
+            except (_BadHead, TimeoutError):
+                count_proxy_error("bad_request")
+                return
+            await self._serve(call, _Inbound(self._loop, client, first), asked)
         except Exception:  # a connection's fault never reaches the loop
             count_proxy_error("internal")
             log.exception("egress proxy connection failed")
         finally:
             client.close()
+            conn.close()
 
     async def _stop(self, call: CallEgress) -> None:
         if call._acceptor is not None:
@@ -197,7 +214,7 @@ class EgressProxy:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _serve(self, call: CallEgress, inbound: _Inbound) -> None:
+    async def _serve(self, call: CallEgress, inbound: _Inbound, asked: int) -> None:
         try:
             head = await asyncio.wait_for(inbound.head(), _HEAD_TIMEOUT)
         except (_BadHead, TimeoutError):
@@ -240,7 +257,7 @@ class EgressProxy:
         effect = NetworkEffect(host=host, port=port, method=method, path=path)
         upstream, address, refusal = await self._connect(call.policy, host, port)
         if upstream is None:
-            call.record(replace(effect, address=address, refused=refusal))
+            call.record(replace(effect, address=address, refused=refusal), asked)
             await inbound.answer(403, f"shellward refused {host}:{port}: {refusal}")
             return
         counts = [0, 0]
@@ -262,7 +279,8 @@ class EgressProxy:
             sent, received = counts
             call.record(
                 replace(effect, address=address, bytes_sent=sent, bytes_received=received,
-                        refused=refused)
+                        refused=refused),
+                asked,
             )  # fmt: skip
 
     async def _connect(
@@ -307,16 +325,73 @@ class EgressProxy:
 
 
 class _BadHead(Exception):
-    """The client closed, or sent more than a request head may hold, before its end."""
+    """The client closed, or sent more than a request head may hold, before its end (or
+    passed something that is not a connected TCP socket)."""
+
+
+async def _client(
+    loop: asyncio.AbstractEventLoop, conn: socket.socket
+) -> tuple[socket.socket, bytes]:
+    """Who the proxy talks to on a connection to the call's socket, and its first bytes.
+
+    The sandbox's relay passes the TCP socket it accepted (``SCM_RIGHTS``, one byte beside
+    it): that socket is the client, and the Unix connection has served its purpose. A
+    command that connects to the call's socket itself is its own client. Anything passed
+    that is not one connected TCP socket (a file, a Unix or UDP socket, a listener, more
+    than one descriptor) ends the connection: the proxy only ever speaks HTTP to a peer."""
+    while True:
+        try:
+            data, fds, flags, _ = socket.recv_fds(conn, _HEAD_LIMIT, 1, socket.MSG_CMSG_CLOEXEC)
+            break
+        except (BlockingIOError, InterruptedError):
+            await _readable(loop, conn)
+    if flags & socket.MSG_CTRUNC:  # more descriptors than one: the kernel dropped the rest
+        for fd in fds:
+            os.close(fd)
+        raise _BadHead
+    if not fds:
+        if not data:
+            raise _BadHead
+        return conn, data
+    try:
+        passed = socket.socket(fileno=fds[0])
+    except OSError:  # not a socket
+        os.close(fds[0])
+        raise _BadHead from None
+    try:
+        if passed.family not in (socket.AF_INET, socket.AF_INET6):
+            raise _BadHead
+        if passed.type != socket.SOCK_STREAM:
+            raise _BadHead
+        passed.getpeername()  # connected, not a listener
+        passed.setblocking(False)
+    except (OSError, _BadHead):
+        passed.close()
+        raise _BadHead from None
+    return passed, b""
+
+
+async def _readable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
+    ready: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_reader(sock.fileno(), wake)
+    try:
+        await ready
+    finally:
+        loop.remove_reader(sock.fileno())
 
 
 class _Inbound:
     """A client's socket and what the proxy has read from it but not passed on yet."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, held: bytes) -> None:
         self._loop = loop
         self.sock = sock
-        self._held = bytearray()
+        self._held = bytearray(held)
 
     async def head(self) -> bytes:
         """The request head, up to and with its empty line; what follows stays held."""

@@ -13,11 +13,14 @@ Choices, and why:
   the pid namespace when it exits.
 - **A fixed port**: every sandbox has a loopback of its own, so the ``*_PROXY`` variables
   can be set by bwrap like every other variable.
-- **Bytes are spliced**, kernel to kernel through a pipe, a thread per direction, as the
-  proxy's :mod:`.tunnel` does (a ``recv``/``sendall`` loop made the relay the next
-  bottleneck once the proxy spliced). ``os.splice`` is Python 3.10 or newer:
-  :func:`python` refuses an older ``python3`` at once rather than let every connection
-  fail.
+- **The relay hands each connection over, it copies nothing.** It accepts the command's
+  TCP connection and passes the socket itself to the proxy (``SCM_RIGHTS`` on a fresh
+  connection to the call's socket, one byte beside it), then closes its own copy: the
+  proxy reads and writes the command's socket directly. A relay that copied was a second
+  hop for every byte (a Unix socket, and a process, between command and proxy); measured,
+  it cost a quarter of a download's throughput and about a millisecond per connection
+  (docs/performance.md). ``socket.send_fds`` is Python 3.9 or newer: :func:`python`
+  refuses an older ``python3`` at once rather than let every connection fail.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ PROXY_URL = f"http://127.0.0.1:{PORT}"
 NO_PROXY = "localhost,127.0.0.1,::1"
 
 _RELAY = r"""
-import fcntl, os, socket, sys, threading
+import os, socket, sys
 port, path, argv = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
 server = socket.socket()
 server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -47,36 +50,15 @@ if os.fork():
 null = os.open(os.devnull, os.O_RDWR)
 for fd in (0, 1, 2):
     os.dup2(null, fd)
-def pipe(source, sink):
-    read_end, write_end = os.pipe()
-    try:
-        fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 1048576)
-    except OSError:
-        pass
-    try:
-        while size := os.splice(source.fileno(), write_end, 1048576):
-            while size:
-                size -= os.splice(read_end, sink.fileno(), size)
-        sink.shutdown(socket.SHUT_WR)
-    except OSError:
-        for end in (source, sink):  # wakes the other direction; closed when both are done
-            try:
-                end.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-    os.close(read_end)
-    os.close(write_end)
 while True:
     client, _ = server.accept()
     client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # no Nagle on handshakes
-    upstream = socket.socket(socket.AF_UNIX)
-    try:
-        upstream.connect(path)
-    except OSError:
-        client.close()
-        continue
-    for ends in ((client, upstream), (upstream, client)):
-        threading.Thread(target=pipe, args=ends, daemon=True).start()
+    with client, socket.socket(socket.AF_UNIX) as upstream:
+        try:
+            upstream.connect(path)
+            socket.send_fds(upstream, [b"\0"], [client.fileno()])
+        except OSError:
+            pass
 """
 
 
@@ -86,11 +68,11 @@ def python() -> str:
     if found is None:
         raise FileNotFoundError("python3 is not installed; the network relay needs it")
     path = str(Path(found).resolve())
-    probe = subprocess.run([path, "-I", "-S", "-c", "import os; os.splice"], capture_output=True)
-    if probe.returncode != 0:
+    probe = [path, "-I", "-S", "-c", "import socket; socket.send_fds"]
+    if subprocess.run(probe, capture_output=True).returncode != 0:
         raise FileNotFoundError(
-            f"{path} has no os.splice (it is older than Python 3.10); the network relay "
-            "needs python3 3.10 or newer"
+            f"{path} has no socket.send_fds (it is older than Python 3.9); the network "
+            "relay needs python3 3.9 or newer"
         )
     return path
 
