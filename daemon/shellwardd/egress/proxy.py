@@ -6,6 +6,11 @@ Choices, and why:
   a fresh private directory, bound into its sandbox (:mod:`.relay` turns it into a TCP
   port inside). Whatever arrives on it belongs to that call: attribution needs no
   authentication, and the call's allow-list is the socket's.
+- **The relay hands over the command's own socket** (``SCM_RIGHTS``): the proxy reads and
+  writes it directly, no process copies in between. What it accepts so is one connected
+  TCP socket; anything else a command could pass (a file, a Unix or UDP socket, a
+  listener, several descriptors) ends that connection and is closed at once. A command
+  that connects to the call's socket itself is served on it, as a client like any other.
 - **HTTP CONNECT and plain HTTP forwarding** cover curl, pip, npm, git over HTTPS and
   Python's urllib through the ``*_PROXY`` variables; no SOCKS (nothing we support needs it).
   A plain HTTP request is forwarded with ``Connection: close``: one request per
@@ -24,8 +29,9 @@ Choices, and why:
 - **A tunnel's TLS server name must be its host** (or on the allow-list): the proxy reads
   the client's first record before forwarding it, so a ClientHello naming another site
   behind the same address (domain fronting) is refused.
-- **Effects are recorded as connections end**, refusals at once; the call's entry takes
-  them after its process has exited and the proxy socket is closed.
+- **Effects are recorded as connections end**, refusals at once, each at its place in
+  the order the connections were accepted; the call's entry takes them after its process
+  has exited and the proxy socket is closed.
 """
 
 from __future__ import annotations

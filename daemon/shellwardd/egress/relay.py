@@ -17,10 +17,11 @@ Choices, and why:
   TCP connection and passes the socket itself to the proxy (``SCM_RIGHTS`` on a fresh
   connection to the call's socket, one byte beside it), then closes its own copy: the
   proxy reads and writes the command's socket directly. A relay that copied was a second
-  hop for every byte (a Unix socket, and a process, between command and proxy); measured,
-  it cost a quarter of a download's throughput and about a millisecond per connection
-  (docs/performance.md). ``socket.send_fds`` is Python 3.9 or newer: :func:`python`
-  refuses an older ``python3`` at once rather than let every connection fail.
+  hop for every byte (a Unix socket, and a process, between command and proxy); even
+  splicing, it cost about a quarter of a download's throughput and 2 to 3 ms per HTTPS
+  connection (docs/performance.md). ``socket.send_fds`` is Python 3.9 or newer:
+  :func:`python` refuses an older ``python3`` at once rather than let every connection
+  fail.
 """
 
 from __future__ import annotations
