@@ -9,8 +9,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import resource
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import closing
 from pathlib import Path
@@ -300,3 +302,29 @@ def test_anything_but_one_connected_tcp_socket_passed_is_refused(
     port = upstream(lambda conn: conn.sendall(b"still here"))
     with closing(_tunnel(call, port)) as client:
         assert _read_all(client) == b"still here"
+
+
+def test_the_proxy_accepts_again_after_running_out_of_descriptors(
+    proxy: EgressProxy, upstream: Callable[[Handler], int]
+) -> None:
+    # A command that opens connection after connection can exhaust the daemon's
+    # descriptors: accepting fails for a while, and must start again once some are free.
+    call = proxy.open(OPERATOR)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    held: list[socket.socket] = []
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(map(int, _open_fds())) + 16, hard))
+        with contextlib.suppress(OSError):  # take every descriptor left
+            while True:
+                held.append(socket.socket(socket.AF_UNIX))
+        held.pop().close()  # but one: the proxy's first accept takes it, the next ones fail
+        for conn in held[:8]:
+            conn.connect(str(call.socket_path))
+        time.sleep(0.5)  # the proxy tries, and fails, to accept the rest
+    finally:
+        for conn in held:
+            conn.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    port = upstream(lambda conn: conn.sendall(b"accepting again"))
+    with closing(_tunnel(call, port)) as client:
+        assert _read_all(client) == b"accepting again"

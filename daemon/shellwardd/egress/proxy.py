@@ -69,6 +69,7 @@ _HEAD_TIMEOUT = 30.0
 # assumes a protocol where the server speaks first.
 _FIRST_WAIT = 0.5
 _CONNECT_TIMEOUT = 30.0
+_ACCEPT_PAUSE = 0.1
 _CHUNK = 256 * 1024
 # Hop-by-hop headers a forwarding proxy drops (RFC 9110 7.6.1), and the proxy's own.
 _HOP_HEADERS = {
@@ -188,7 +189,13 @@ class EgressProxy:
 
     async def _accept(self, call: CallEgress, listener: socket.socket) -> None:
         while True:
-            client, _ = await self._loop.sock_accept(listener)
+            try:
+                client, _ = await self._loop.sock_accept(listener)
+            except OSError:  # out of descriptors, say: the call keeps its socket, retry soon
+                count_proxy_error("internal")
+                log.exception("egress proxy cannot accept a connection")
+                await asyncio.sleep(_ACCEPT_PAUSE)
+                continue
             client.setblocking(False)
             task = self._loop.create_task(self._connection(call, client, call.ask()))
             call._connections.add(task)
