@@ -1,6 +1,7 @@
 """What the network proxy costs: one HTTPS connection, and a large download, through the
-daemon's proxy (sandbox relay → Unix socket → proxy → server) against the same client
-connecting directly from the host.
+daemon's proxy (the command's socket, handed over by the sandbox relay → proxy → server)
+against the same client connecting directly from the host. Then the proxy alone: a raw
+download from the host through the call's Unix socket, no sandbox.
 
 The servers run on the host's 127.0.0.1 (the operator allow-list names the address, a pinned
 name resolves to it). The same client code runs inside a sandbox with network (through the
@@ -18,11 +19,13 @@ import argparse
 import http.server
 import json
 import os
+import socket
 import ssl
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from shellwardd.config import Limits  # noqa: E402
 from shellwardd.egress.policy import EgressPolicy  # noqa: E402
-from shellwardd.egress.proxy import system_resolver  # noqa: E402
+from shellwardd.egress.proxy import EgressProxy, system_resolver  # noqa: E402
 from shellwardd.sandbox import Sandbox, SandboxSpec  # noqa: E402
 
 NAME = "bench.test"
@@ -74,6 +77,9 @@ print(json.dumps({"median_ms": statistics.median(samples) * 1000,
 
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # Headers and body are two writes: with Nagle the second waits for the client's
+    # delayed ACK (40 ms), which would swamp the proxy's cost in every sample.
+    disable_nagle_algorithm = True
 
     def do_GET(self) -> None:
         if self.path.startswith("/big?"):
@@ -99,6 +105,33 @@ def serve(context: ssl.SSLContext | None) -> int:
         server.socket = context.wrap_socket(server.socket, server_side=True)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return int(server.server_address[1])
+
+
+def proxy_alone(port: int, megabytes: int) -> tuple[float, float]:
+    """MB/s of one raw download directly and through a call's proxy socket alone (a client
+    on the host, no sandbox, no relay): what the daemon's copy costs by itself."""
+    proxy = EgressProxy(system_resolver({NAME: "127.0.0.1"}))
+    call = proxy.open(EgressPolicy(operator=frozenset({NAME, "127.0.0.1"})))
+    buffer = bytearray(len(CHUNK))
+
+    def download(sock: socket.socket) -> float:
+        with sock:
+            sock.sendall(f"GET /big?{megabytes} HTTP/1.1\r\nHost: {NAME}\r\n\r\n".encode())
+            start, total, want = time.perf_counter(), 0, megabytes * len(CHUNK)
+            while total < want and (size := sock.recv_into(buffer)):
+                total += size
+            return total / (time.perf_counter() - start) / 1e6
+
+    try:
+        direct = download(socket.create_connection(("127.0.0.1", port)))
+        tunnel = socket.socket(socket.AF_UNIX)
+        tunnel.connect(str(call.socket_path))
+        tunnel.sendall(f"CONNECT {NAME}:{port} HTTP/1.1\r\n\r\n".encode())
+        tunnel.recv(100)  # 200 Connection established
+        return direct, download(tunnel)
+    finally:
+        proxy.close_call(call)
+        proxy.close()
 
 
 def main() -> int:
@@ -147,6 +180,7 @@ def main() -> int:
     finally:
         sandbox.close()
 
+    alone_direct, alone = proxy_alone(plain_port, args.megabytes)
     extra = proxied["median_ms"] - direct["median_ms"]
     ratio = proxied["mb_per_s"] / direct["mb_per_s"]
     print(f"one HTTPS connection + GET, median of {args.runs} (p95):")
@@ -157,6 +191,9 @@ def main() -> int:
     print(f"  direct         {direct['mb_per_s']:7.0f} MB/s")
     print(f"  through proxy  {proxied['mb_per_s']:7.0f} MB/s")
     print(f"  ratio          {ratio:7.0%}   target ≥ 80%: {'met' if ratio >= 0.8 else 'NOT met'}")
+    print("the same download, raw, from the host through the call's socket (no sandbox):")
+    print(f"  direct         {alone_direct:7.0f} MB/s")
+    print(f"  proxy alone    {alone:7.0f} MB/s ({alone / alone_direct:.0%})")
     return 0
 
 

@@ -199,7 +199,7 @@ def test_the_host_header_is_the_checked_host(
 def test_effects_past_the_cap_are_summed() -> None:
     call = CallEgress(Path("/nonexistent"), OPERATOR)
     for n in range(MAX_EFFECTS + 5):
-        call.record(NetworkEffect(f"h{n}.test", 80, "203.0.113.7", "GET", "/", 10, 100))
+        call.record(NetworkEffect(f"h{n}.test", 80, "203.0.113.7", "GET", "/", 10, 100), call.ask())
     effects = call.effects()
     assert len(effects) == MAX_EFFECTS + 1
     assert effects[-1].method == "*" and effects[-1].bytes_sent == 50

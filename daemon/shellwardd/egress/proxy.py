@@ -6,6 +6,11 @@ Choices, and why:
   a fresh private directory, bound into its sandbox (:mod:`.relay` turns it into a TCP
   port inside). Whatever arrives on it belongs to that call: attribution needs no
   authentication, and the call's allow-list is the socket's.
+- **The relay hands over the command's own socket** (``SCM_RIGHTS``): the proxy reads and
+  writes it directly, no process copies in between. What it accepts so is one connected
+  TCP socket; anything else a command could pass (a file, a Unix or UDP socket, a
+  listener, several descriptors) ends that connection and is closed at once. A command
+  that connects to the call's socket itself is served on it, as a client like any other.
 - **HTTP CONNECT and plain HTTP forwarding** cover curl, pip, npm, git over HTTPS and
   Python's urllib through the ``*_PROXY`` variables; no SOCKS (nothing we support needs it).
   A plain HTTP request is forwarded with ``Connection: close``: one request per
@@ -16,22 +21,29 @@ Choices, and why:
 - **A small asyncio proxy, not a library.** The proxies on PyPI (proxy.py, mitmproxy)
   bring their own process model, plugins and TLS interception; we need a per-call socket,
   our own check between resolution and connect, and byte counts per connection, which is
-  two hundred lines on asyncio streams. One event loop in one daemon thread serves every call.
+  two hundred lines on asyncio's socket calls. One event loop in one daemon thread reads
+  and checks every call's requests; once a connection is checked, :mod:`.tunnel` copies
+  its bytes kernel to kernel in threads of its own. Plain sockets rather than asyncio
+  streams: what the loop has read ahead is in the proxy's own buffer, so the hand-over
+  loses nothing and no transport keeps reading behind the tunnel's back.
 - **A tunnel's TLS server name must be its host** (or on the allow-list): the proxy reads
   the client's first record before forwarding it, so a ClientHello naming another site
   behind the same address (domain fronting) is refused.
-- **Effects are recorded as connections end**, refusals at once; the call's entry takes
-  them after its process has exited and the proxy socket is closed.
+- **Effects are recorded as connections end**, refusals at once, each at its place in
+  the order the connections were accepted; the call's entry takes them after its process
+  has exited and the proxy socket is closed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import os
 import shutil
 import socket
+import sys
 import tempfile
 import threading
 from collections.abc import Callable, Mapping
@@ -41,6 +53,7 @@ from urllib.parse import urlsplit
 
 from shellward.types import NetworkEffect
 from shellwardd.egress.policy import EgressPolicy, normal_host
+from shellwardd.egress.tunnel import copy_both_ways
 from shellwardd.metrics import count_proxy_error
 
 log = logging.getLogger(__name__)
@@ -56,6 +69,7 @@ _HEAD_TIMEOUT = 30.0
 # assumes a protocol where the server speaks first.
 _FIRST_WAIT = 0.5
 _CONNECT_TIMEOUT = 30.0
+_ACCEPT_PAUSE = 0.1
 _CHUNK = 256 * 1024
 # Hop-by-hop headers a forwarding proxy drops (RFC 9110 7.6.1), and the proxy's own.
 _HOP_HEADERS = {
@@ -77,35 +91,44 @@ def system_resolver(pinned: Mapping[str, str]) -> Resolver:
 
 
 class CallEgress:
-    """One call's socket and the effects recorded on it."""
+    """One call's socket and the effects recorded on it, in the order the connections
+    were asked for (they end in any order: a long download outlives the requests after it)."""
 
     def __init__(self, directory: Path, policy: EgressPolicy) -> None:
         self.directory = directory
         self.socket_path = directory / "proxy.sock"
         self.policy = policy
-        self._effects: list[NetworkEffect] = []
+        self._asked = itertools.count()
+        self._effects: list[tuple[int, NetworkEffect]] = []
         self._lock = threading.Lock()
-        self._server: asyncio.AbstractServer | None = None
+        self._listener: socket.socket | None = None
+        self._acceptor: asyncio.Task[None] | None = None
         self._connections: set[asyncio.Task[None]] = set()
 
-    def record(self, effect: NetworkEffect) -> None:
+    def ask(self) -> int:
+        """A new connection's place in the order."""
+        with self._lock:
+            return next(self._asked)
+
+    def record(self, effect: NetworkEffect, asked: int) -> None:
+        """Record a connection's effect at its place (from :meth:`ask`)."""
         with self._lock:
             if len(self._effects) < MAX_EFFECTS:
-                self._effects.append(effect)
+                self._effects.append((asked, effect))
                 return
             # Past the cap, one last entry sums the rest (its method is no read: fail closed).
-            last = self._effects[-1] if len(self._effects) > MAX_EFFECTS else None
+            last = self._effects[-1][1] if len(self._effects) > MAX_EFFECTS else None
             self._effects[MAX_EFFECTS:] = [
-                NetworkEffect(
+                (sys.maxsize, NetworkEffect(
                     host="(further connections, summed)", port=0, method="*",
                     bytes_sent=effect.bytes_sent + (last.bytes_sent if last else 0),
                     bytes_received=effect.bytes_received + (last.bytes_received if last else 0),
-                )
+                ))
             ]  # fmt: skip
 
     def effects(self) -> tuple[NetworkEffect, ...]:
         with self._lock:
-            return tuple(self._effects)
+            return tuple(effect for _, effect in sorted(self._effects, key=lambda e: e[0]))
 
 
 class EgressProxy:
@@ -120,11 +143,13 @@ class EgressProxy:
             target=self._loop.run_forever, name="egress-proxy", daemon=True
         )
         self._thread.start()
+        self._calls: set[CallEgress] = set()
 
     def open(self, policy: EgressPolicy) -> CallEgress:
         """A listening socket for one call, reachable by the sandbox's uid only."""
         directory = Path(tempfile.mkdtemp(prefix="shellward-egress-"))
         call = CallEgress(directory, policy)
+        self._calls.add(call)
         try:
             future = asyncio.run_coroutine_threadsafe(self._listen(call), self._loop)
             future.result(timeout=10)
@@ -141,52 +166,78 @@ class EgressProxy:
         with contextlib.suppress(RuntimeError, TimeoutError, OSError):
             asyncio.run_coroutine_threadsafe(self._stop(call), self._loop).result(timeout=10)
         shutil.rmtree(call.directory, ignore_errors=True)
+        self._calls.discard(call)
 
     def close(self) -> None:
+        # A call still open loses its tunnels first: their threads end with them.
+        for call in list(self._calls):
+            self.close_call(call)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
 
     async def _listen(self, call: CallEgress) -> None:
-        connections = call._connections
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            listener.bind(str(call.socket_path))
+            listener.listen(128)
+            listener.setblocking(False)
+        except OSError:
+            listener.close()
+            raise
+        call._listener = listener
+        call._acceptor = self._loop.create_task(self._accept(call, listener))
 
-        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            task = asyncio.current_task()
-            assert task is not None
-            connections.add(task)
+    async def _accept(self, call: CallEgress, listener: socket.socket) -> None:
+        while True:
             try:
-                await self._serve(call, reader, writer)
-            except Exception:  # a connection's fault never reaches the loop
+                client, _ = await self._loop.sock_accept(listener)
+            except OSError:  # out of descriptors, say: the call keeps its socket, retry soon
                 count_proxy_error("internal")
-                log.exception("egress proxy connection failed")
-            finally:
-                connections.discard(task)
-                writer.close()
+                log.exception("egress proxy cannot accept a connection")
+                await asyncio.sleep(_ACCEPT_PAUSE)
+                continue
+            client.setblocking(False)
+            task = self._loop.create_task(self._connection(call, client, call.ask()))
+            call._connections.add(task)
+            task.add_done_callback(call._connections.discard)
 
-        call._server = await asyncio.start_unix_server(
-            serve, path=str(call.socket_path), limit=_HEAD_LIMIT
-        )
+    async def _connection(self, call: CallEgress, conn: socket.socket, asked: int) -> None:
+        client = conn
+        try:
+            try:
+                client, first = await asyncio.wait_for(_client(self._loop, conn), _HEAD_TIMEOUT)
+            except (_BadHead, TimeoutError):
+                count_proxy_error("bad_request")
+                return
+            await self._serve(call, _Inbound(self._loop, client, first), asked)
+        except Exception:  # a connection's fault never reaches the loop
+            count_proxy_error("internal")
+            log.exception("egress proxy connection failed")
+        finally:
+            client.close()
+            conn.close()
 
     async def _stop(self, call: CallEgress) -> None:
-        if call._server is not None:
-            call._server.close()
+        if call._acceptor is not None:
+            call._acceptor.cancel()
+        if call._listener is not None:
+            call._listener.close()
         tasks = list(call._connections)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _serve(
-        self, call: CallEgress, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
+    async def _serve(self, call: CallEgress, inbound: _Inbound, asked: int) -> None:
         try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _HEAD_TIMEOUT)
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
+            head = await asyncio.wait_for(inbound.head(), _HEAD_TIMEOUT)
+        except (_BadHead, TimeoutError):
             count_proxy_error("bad_request")
             return
         lines = head.decode("latin-1").split("\r\n")
         parts = lines[0].split(" ")
         if len(parts) != 3:
             count_proxy_error("bad_request")
-            await _answer(writer, 400, "the proxy expects 'METHOD TARGET HTTP/1.1'")
+            await inbound.answer(400, "the proxy expects 'METHOD TARGET HTTP/1.1'")
             return
         method, target, _version = parts
         if method == "CONNECT":
@@ -196,14 +247,16 @@ class EgressProxy:
             url = urlsplit(target)
             if url.scheme != "http" or not url.hostname:
                 count_proxy_error("bad_request")
-                await _answer(writer, 400, "plain HTTP through the proxy needs an absolute "
-                              "http:// URL; use HTTPS (CONNECT) for anything else")  # fmt: skip
+                await inbound.answer(
+                    400, "plain HTTP through the proxy needs an absolute http:// URL; "
+                    "use HTTPS (CONNECT) for anything else"
+                )  # fmt: skip
                 return
             try:
                 host, port_text, default_port = url.hostname, str(url.port or ""), 80
             except ValueError:
                 count_proxy_error("bad_request")
-                await _answer(writer, 400, f"{target!r} has a port that is not a number")
+                await inbound.answer(400, f"{target!r} has a port that is not a number")
                 return
             path = (url.path or "/") + (f"?{url.query}" if url.query else "")
             authority = url.netloc.rpartition("@")[2]  # never forward user:password@
@@ -212,44 +265,41 @@ class EgressProxy:
         port = int(port_text) if port_text.isdigit() else default_port
         if not host or not 0 < port < 65536:
             count_proxy_error("bad_request")
-            await _answer(writer, 400, f"{target!r} names no host and port")
+            await inbound.answer(400, f"{target!r} names no host and port")
             return
         effect = NetworkEffect(host=host, port=port, method=method, path=path)
         upstream, address, refusal = await self._connect(call.policy, host, port)
         if upstream is None:
-            call.record(replace(effect, address=address, refused=refusal))
-            await _answer(writer, 403, f"shellward refused {host}:{port}: {refusal}")
+            call.record(replace(effect, address=address, refused=refusal), asked)
+            await inbound.answer(403, f"shellward refused {host}:{port}: {refusal}")
             return
-        up_reader, up_writer = upstream
-        counts = [len(rest), 0]  # a forwarded request's head counts as sent
+        counts = [0, 0]
         refused = ""
         try:
             if method == "CONNECT":
-                writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
-                await writer.drain()
-                rest = await _first_bytes(reader)
-                name = normal_host(server_name(rest))
+                await inbound.send(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                name = normal_host(server_name(await inbound.first_bytes()))
                 if name and name != host and call.policy.refuse_name(name):
                     # Another site behind the same address (domain fronting): not the host
                     # the allow-list let through.
                     refused = f"the TLS server name {name} is not the tunnel's host {host}"
                     return
-                counts[0] = len(rest)
-            up_writer.write(rest)
-            await _splice(reader, writer, up_reader, up_writer, counts)
+            # Checked: from here on the bytes are copied blind, the held ones first.
+            await copy_both_ways(inbound.sock, upstream, rest + inbound.take(), counts)
         finally:
             # Also when the call ends mid-transfer: what was sent so far is an effect.
-            up_writer.close()
+            upstream.close()
             sent, received = counts
             call.record(
                 replace(effect, address=address, bytes_sent=sent, bytes_received=received,
-                        refused=refused)
+                        refused=refused),
+                asked,
             )  # fmt: skip
 
     async def _connect(
         self, policy: EgressPolicy, host: str, port: int
-    ) -> tuple[tuple[asyncio.StreamReader, asyncio.StreamWriter] | None, str, str]:
-        """(streams, address, "") or (None, address or "", why refused)."""
+    ) -> tuple[socket.socket | None, str, str]:
+        """(socket, address, "") or (None, address or "", why refused)."""
         refusal = policy.refuse_name(host)
         if refusal:
             return None, "", refusal
@@ -267,15 +317,146 @@ class EgressProxy:
                 return None, address, refusal
         last = ""
         for address in addresses:
+            family = socket.AF_INET6 if ":" in address else socket.AF_INET
+            upstream = socket.socket(family, socket.SOCK_STREAM)
             try:
-                streams = await asyncio.wait_for(
-                    asyncio.open_connection(address, port, limit=_CHUNK), _CONNECT_TIMEOUT
+                upstream.setblocking(False)
+                # No Nagle: a handshake's small writes must not wait for delayed ACKs.
+                upstream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                await asyncio.wait_for(
+                    self._loop.sock_connect(upstream, (address, port)), _CONNECT_TIMEOUT
                 )
-                return streams, address, ""
+                return upstream, address, ""
             except (OSError, TimeoutError) as exc:
+                upstream.close()
                 last = str(exc) or type(exc).__name__
+            except BaseException:
+                upstream.close()
+                raise
         count_proxy_error("connect")
         return None, addresses[-1], f"cannot connect to {host}:{port}: {last}"
+
+
+class _BadHead(Exception):
+    """The client closed, or sent more than a request head may hold, before its end (or
+    passed something that is not a connected TCP socket)."""
+
+
+async def _client(
+    loop: asyncio.AbstractEventLoop, conn: socket.socket
+) -> tuple[socket.socket, bytes]:
+    """Who the proxy talks to on a connection to the call's socket, and its first bytes.
+
+    The sandbox's relay passes the TCP socket it accepted (``SCM_RIGHTS``, one byte beside
+    it): that socket is the client, and the Unix connection has served its purpose. A
+    command that connects to the call's socket itself is its own client. Anything passed
+    that is not one connected TCP socket (a file, a Unix or UDP socket, a listener, more
+    than one descriptor) ends the connection: the proxy only ever speaks HTTP to a peer."""
+    while True:
+        try:
+            data, fds, flags, _ = socket.recv_fds(conn, _HEAD_LIMIT, 1, socket.MSG_CMSG_CLOEXEC)
+            break
+        except (BlockingIOError, InterruptedError):
+            await _readable(loop, conn)
+    if flags & socket.MSG_CTRUNC:  # more descriptors than one: the kernel dropped the rest
+        for fd in fds:
+            os.close(fd)
+        raise _BadHead
+    if not fds:
+        if not data:
+            raise _BadHead
+        return conn, data
+    try:
+        passed = socket.socket(fileno=fds[0])
+    except OSError:  # not a socket
+        os.close(fds[0])
+        raise _BadHead from None
+    try:
+        if passed.family not in (socket.AF_INET, socket.AF_INET6):
+            raise _BadHead
+        if passed.type != socket.SOCK_STREAM:
+            raise _BadHead
+        passed.getpeername()  # connected, not a listener
+        passed.setblocking(False)
+    except (OSError, _BadHead):
+        passed.close()
+        raise _BadHead from None
+    return passed, b""
+
+
+async def _readable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
+    ready: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_reader(sock.fileno(), wake)
+    try:
+        await ready
+    finally:
+        loop.remove_reader(sock.fileno())
+
+
+class _Inbound:
+    """A client's socket and what the proxy has read from it but not passed on yet."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, held: bytes) -> None:
+        self._loop = loop
+        self.sock = sock
+        self._held = bytearray(held)
+
+    async def head(self) -> bytes:
+        """The request head, up to and with its empty line; what follows stays held."""
+        while (end := self._held.find(b"\r\n\r\n")) < 0:
+            if len(self._held) >= _HEAD_LIMIT or not await self._fill(_HEAD_LIMIT):
+                raise _BadHead
+        if end + 4 > _HEAD_LIMIT:
+            raise _BadHead
+        head = bytes(self._held[: end + 4])
+        del self._held[: end + 4]
+        return head
+
+    async def first_bytes(self) -> bytes:
+        """What the client sends first in a tunnel, a whole TLS record if it starts one. A
+        protocol where the server speaks first gets nothing within a moment, and goes on.
+        The bytes stay held (see :meth:`take`)."""
+        if not self._held:
+            try:
+                await asyncio.wait_for(self._fill(_CHUNK), _FIRST_WAIT)
+            except TimeoutError:
+                return b""
+        if len(self._held) >= 5 and self._held[0] == 0x16:
+            need = 5 + int.from_bytes(self._held[3:5], "big")
+            while len(self._held) < need:
+                if not await asyncio.wait_for(self._fill(need - len(self._held)), _HEAD_TIMEOUT):
+                    break
+        return bytes(self._held)
+
+    def take(self) -> bytes:
+        """Everything held, for the tunnel to send first."""
+        held = bytes(self._held)
+        self._held.clear()
+        return held
+
+    async def send(self, data: bytes) -> None:
+        await self._loop.sock_sendall(self.sock, data)
+
+    async def answer(self, status: int, sentence: str) -> None:
+        reason = {400: "Bad Request", 403: "Forbidden"}[status]
+        body = (sentence + "\n").encode()
+        with contextlib.suppress(OSError):
+            await self.send(
+                f"HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+                + body
+            )
+
+    async def _fill(self, size: int) -> bool:
+        """Read more; False at the client's end of stream."""
+        data = await self._loop.sock_recv(self.sock, size)
+        self._held += data
+        return bool(data)
 
 
 def _forwarded_head(method: str, path: str, authority: str, headers: list[str]) -> bytes:
@@ -287,23 +468,6 @@ def _forwarded_head(method: str, path: str, authority: str, headers: list[str]) 
     kept = [h for h in headers if h and h.split(":", 1)[0].strip().lower() not in dropped]
     lines = [f"{method} {path} HTTP/1.1", f"Host: {authority}", *kept, "Connection: close", "", ""]
     return "\r\n".join(lines).encode("latin-1")
-
-
-async def _first_bytes(reader: asyncio.StreamReader) -> bytes:
-    """What the client sends first in a tunnel, a whole TLS record if it starts one. A
-    protocol where the server speaks first gets nothing within a moment, and goes on."""
-    try:
-        data = await asyncio.wait_for(reader.read(_CHUNK), _FIRST_WAIT)
-    except TimeoutError:
-        return b""
-    if len(data) >= 5 and data[0] == 0x16:
-        need = 5 + int.from_bytes(data[3:5], "big")
-        while len(data) < need:
-            more = await asyncio.wait_for(reader.read(need - len(data)), _HEAD_TIMEOUT)
-            if not more:
-                break
-            data += more
-    return data
 
 
 def server_name(record: bytes) -> str:
@@ -327,48 +491,3 @@ def server_name(record: bytes) -> str:
     except IndexError:
         return ""
     return ""
-
-
-async def _answer(writer: asyncio.StreamWriter, status: int, sentence: str) -> None:
-    reason = {400: "Bad Request", 403: "Forbidden"}[status]
-    body = (sentence + "\n").encode()
-    writer.write(
-        f"HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain\r\n"
-        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
-        + body
-    )
-    with contextlib.suppress(OSError):
-        await writer.drain()
-
-
-async def _splice(
-    reader: asyncio.StreamReader,
-    writer: asyncio.StreamWriter,
-    up_reader: asyncio.StreamReader,
-    up_writer: asyncio.StreamWriter,
-    counts: list[int],
-) -> None:
-    """Copy both ways until the server is done, adding to counts [to upstream, from it]."""
-
-    async def copy(source: asyncio.StreamReader, sink: asyncio.StreamWriter, slot: int) -> None:
-        try:
-            while data := await source.read(_CHUNK):
-                counts[slot] += len(data)
-                sink.write(data)
-                await sink.drain()
-            if sink.can_write_eof():
-                sink.write_eof()
-        except OSError:
-            sink.close()
-
-    for sink in (writer, up_writer):
-        # Room for a few reads in flight: a 64 KiB high-water mark stalls every chunk.
-        sink.transport.set_write_buffer_limits(high=4 * _CHUNK)
-    upward = asyncio.ensure_future(copy(reader, up_writer, 0))
-    try:
-        await copy(up_reader, writer, 1)
-    finally:
-        # The server is done: what the client still holds open has nowhere to go.
-        upward.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await upward

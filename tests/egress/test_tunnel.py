@@ -1,0 +1,330 @@
+"""The proxy's data path after the checks: bytes copied kernel to kernel, counted exactly,
+half-closes passed on, and every tunnel ended with its call and with the proxy.
+
+A client on the host talks to the call's Unix socket directly (no sandbox, no relay: those
+are covered by test_proxy.py); the servers are raw TCP listeners on the host's 127.0.0.1."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import resource
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+from shellwardd.egress.policy import EgressPolicy
+from shellwardd.egress.proxy import CallEgress, EgressProxy, system_resolver
+from tests.egress.conftest import NAME
+from tests.helpers import wait_for
+
+OPERATOR = EgressPolicy(operator=frozenset({NAME, "127.0.0.1"}))
+MB = 1 << 20
+Handler = Callable[[socket.socket], None]
+
+
+@pytest.fixture
+def proxy() -> Iterator[EgressProxy]:
+    egress = EgressProxy(system_resolver({NAME: "127.0.0.1"}))
+    yield egress
+    egress.close()
+
+
+@pytest.fixture
+def upstream() -> Iterator[Callable[[Handler], int]]:
+    """Start a one-connection TCP server running ``handler``; returns its port."""
+    listeners: list[socket.socket] = []
+
+    def start(handler: Handler) -> int:
+        listener = socket.create_server(("127.0.0.1", 0))
+        listeners.append(listener)
+
+        def serve() -> None:
+            with closing(listener.accept()[0]) as conn:
+                handler(conn)
+
+        threading.Thread(target=serve, daemon=True).start()
+        return int(listener.getsockname()[1])
+
+    yield start
+    for listener in listeners:
+        listener.close()
+
+
+def _tunnel(call: CallEgress, port: int, early: bytes = b"") -> socket.socket:
+    """A client through the call's proxy; ``early`` is sent with the CONNECT line."""
+    client = socket.socket(socket.AF_UNIX)
+    client.settimeout(30)
+    client.connect(str(call.socket_path))
+    client.sendall(f"CONNECT {NAME}:{port} HTTP/1.1\r\n\r\n".encode() + early)
+    assert _read_exactly(client, 39) == b"HTTP/1.1 200 Connection established\r\n\r\n"
+    return client
+
+
+def _read_exactly(sock: socket.socket, size: int) -> bytes:
+    data = bytearray()
+    while len(data) < size and (chunk := sock.recv(size - len(data))):
+        data += chunk
+    return bytes(data)
+
+
+def _read_all(sock: socket.socket) -> bytes:
+    data = bytearray()
+    while chunk := sock.recv(MB):
+        data += chunk
+    return bytes(data)
+
+
+def _pattern(size: int, seed: bytes) -> bytes:
+    """Bytes that show a lost, repeated or reordered chunk (unlike b"x" * size)."""
+    blocks = (hashlib.sha256(seed + n.to_bytes(8, "big")).digest() for n in range(size // 32 + 1))
+    return b"".join(blocks)[:size]
+
+
+def test_a_large_transfer_is_copied_and_counted_exactly(
+    proxy: EgressProxy, upstream: Callable[[Handler], int]
+) -> None:
+    # Both ways at once, more than any pipe or socket buffer holds: every byte arrives, in
+    # order, and the effect counts exactly what went each way.
+    up, down = _pattern(24 * MB + 7, b"up"), _pattern(40 * MB + 3, b"down")
+    received: list[bytes] = []
+
+    def server(conn: socket.socket) -> None:
+        reader = threading.Thread(target=lambda: received.append(_read_all(conn)))
+        reader.start()
+        conn.sendall(down)
+        conn.shutdown(socket.SHUT_WR)
+        reader.join()
+
+    call = proxy.open(OPERATOR)
+    client = _tunnel(call, upstream(server))
+    sender = threading.Thread(target=lambda: (client.sendall(up), client.shutdown(socket.SHUT_WR)))
+    sender.start()
+    assert _read_all(client) == down
+    sender.join()
+    client.close()
+    proxy.close_call(call)
+    assert received == [up]
+    (effect,) = call.effects()
+    assert (effect.bytes_sent, effect.bytes_received) == (len(up), len(down))
+    assert effect.method == "CONNECT" and not effect.refused
+
+
+def test_bytes_sent_with_the_connect_line_are_not_lost(
+    proxy: EgressProxy, upstream: Callable[[Handler], int]
+) -> None:
+    # A client that does not wait for the 200: its first bytes sit in the proxy's buffer
+    # when the blind copy takes over, and must still reach the server first, in order.
+    early = b"\x16\x03\x01\x00\x05hello" + b"and more behind the record"
+    later = _pattern(3 * MB, b"later")
+    received: list[bytes] = []
+
+    def server(conn: socket.socket) -> None:
+        received.append(_read_all(conn))
+
+    call = proxy.open(OPERATOR)
+    with closing(_tunnel(call, upstream(server), early)) as client:
+        client.sendall(later)
+        client.shutdown(socket.SHUT_WR)
+        assert _read_all(client) == b""
+    proxy.close_call(call)
+    assert received == [early + later]
+    assert call.effects()[0].bytes_sent == len(early) + len(later)
+
+
+def test_a_half_close_still_gets_the_response(
+    proxy: EgressProxy, upstream: Callable[[Handler], int]
+) -> None:
+    # The client ends its request by shutting down its write side (as `nc -N` does); the
+    # server answers only after it sees that end.
+    def server(conn: socket.socket) -> None:
+        request = _read_all(conn)
+        conn.sendall(b"got " + hashlib.sha256(request).hexdigest().encode())
+
+    request = _pattern(2 * MB, b"request")
+    call = proxy.open(OPERATOR)
+    with closing(_tunnel(call, upstream(server))) as client:
+        client.sendall(request)
+        client.shutdown(socket.SHUT_WR)
+        assert _read_all(client) == b"got " + hashlib.sha256(request).hexdigest().encode()
+    proxy.close_call(call)
+    (effect,) = call.effects()
+    assert (effect.bytes_sent, effect.bytes_received) == (len(request), 68)
+
+
+def _endless(conn: socket.socket, ended: threading.Event) -> None:
+    """Send until the proxy goes away."""
+    chunk = b"z" * MB
+    try:
+        while True:
+            conn.sendall(chunk)
+    except OSError:
+        ended.set()
+
+
+def _tunnel_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "egress-tunnel"]
+
+
+def test_a_call_ending_closes_its_tunnels_at_once(
+    proxy: EgressProxy, upstream: Callable[[Handler], int]
+) -> None:
+    # A hostile command keeps a tunnel busy (a server that never stops) and never reads:
+    # when its call ends (cancelled, timed out), the tunnel ends with it.
+    ended = threading.Event()
+    call = proxy.open(OPERATOR)
+    client = _tunnel(call, upstream(lambda conn: _endless(conn, ended)))
+    assert client.recv(MB)  # the copy is running, and soon blocks on the client
+    proxy.close_call(call)
+    assert ended.wait(10), "the server still has a reader"
+    wait_for(lambda: _tunnel_threads() == [])
+    (effect,) = call.effects()
+    # What went through before the end is recorded (and no more than the server sent).
+    assert effect.bytes_received > 0 and effect.bytes_sent == 0
+    client.close()
+
+
+def test_closing_the_proxy_ends_open_tunnels(
+    proxy: EgressProxy, upstream: Callable[[Handler], int]
+) -> None:
+    # The daemon shutting down with a call's tunnel still open leaves no thread copying.
+    ended = threading.Event()
+    call = proxy.open(OPERATOR)
+    client = _tunnel(call, upstream(lambda conn: _endless(conn, ended)))
+    assert client.recv(MB)
+    proxy.close()
+    assert ended.wait(10), "the server still has a reader"
+    wait_for(lambda: _tunnel_threads() == [])
+    assert call.effects()[0].bytes_received > 0
+    client.close()
+
+
+def test_effects_are_in_the_order_the_connections_were_asked_for(
+    proxy: EgressProxy, upstream: Callable[[Handler], int]
+) -> None:
+    # A long download asked for first ends after a short request asked for later: the
+    # record lists them as the command asked for them, however the transfers end.
+    go = threading.Event()
+
+    def slow(conn: socket.socket) -> None:
+        go.wait(10)
+        conn.sendall(b"first")
+
+    def quick(conn: socket.socket) -> None:
+        conn.sendall(b"second!")
+
+    call = proxy.open(OPERATOR)
+    slow_port, quick_port = upstream(slow), upstream(quick)
+    with closing(_tunnel(call, slow_port)) as first:
+        with closing(_tunnel(call, quick_port)) as second:
+            assert _read_all(second) == b"second!"
+        go.set()
+        assert _read_all(first) == b"first"
+    proxy.close_call(call)
+    assert [(e.port, e.bytes_received) for e in call.effects()] == [(slow_port, 5), (quick_port, 7)]
+
+
+def _pass(call: CallEgress, *fds: int) -> socket.socket:
+    """What the sandbox's relay does: a connection to the call's socket carrying descriptors."""
+    conn = socket.socket(socket.AF_UNIX)
+    conn.settimeout(30)
+    conn.connect(str(call.socket_path))
+    socket.send_fds(conn, [b"\0"], list(fds))
+    return conn
+
+
+def test_a_tcp_connection_passed_by_the_relay_is_served_directly(
+    proxy: EgressProxy, upstream: Callable[[Handler], int]
+) -> None:
+    # The relay passes the command's socket and closes its own copy: the proxy speaks to it.
+    down = _pattern(5 * MB, b"passed")
+    port = upstream(lambda conn: conn.sendall(down))
+    call = proxy.open(OPERATOR)
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        command = socket.create_connection(listener.getsockname(), timeout=30)
+        accepted, _ = listener.accept()
+    with accepted:
+        _pass(call, accepted.fileno()).close()
+    with closing(command):
+        command.sendall(f"CONNECT {NAME}:{port} HTTP/1.1\r\n\r\n".encode())
+        assert _read_exactly(command, 39).startswith(b"HTTP/1.1 200 ")
+        assert _read_all(command) == down
+    proxy.close_call(call)
+    (effect,) = call.effects()
+    assert (effect.port, effect.bytes_received) == (port, len(down))
+
+
+def _open_fds() -> dict[str, str]:
+    """This process's descriptors (the proxy's among them), and what each one is."""
+    found = {}
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # the directory's own, closed by now
+            found[fd] = os.readlink(f"/proc/self/fd/{fd}")
+    return found
+
+
+def test_anything_but_one_connected_tcp_socket_passed_is_refused(
+    proxy: EgressProxy, upstream: Callable[[Handler], int], tmp_path: Path
+) -> None:
+    # A hostile command connects to the call's socket itself and passes other things: a
+    # file, a Unix socket (its own end of the proxy socket), a UDP socket, a listener, two
+    # sockets at once. Each connection is closed unread; nothing is kept open in the
+    # daemon, and the proxy still serves the next client.
+    call = proxy.open(OPERATOR)
+    before = _open_fds()
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        tcp = socket.create_connection(listener.getsockname())
+        peer, _ = listener.accept()
+        udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        udp.connect(("127.0.0.1", 9))  # connected: only its type gives it away
+        hostile = [
+            [os.open(tmp_path / "file", os.O_RDWR | os.O_CREAT)],
+            [socket.socket(socket.AF_UNIX).detach()],
+            [udp.detach()],
+            [os.dup(listener.fileno())],
+            [os.dup(peer.fileno()), os.dup(tcp.fileno())],
+        ]
+        for fds in hostile:
+            with closing(_pass(call, *fds)) as conn:
+                for fd in fds:
+                    os.close(fd)
+                assert conn.recv(100) == b""  # closed, no answer
+        for sock in (tcp, peer):
+            sock.close()
+    wait_for(lambda: not _open_fds().items() - before.items())  # nothing new stays open
+    assert call.effects() == ()
+    port = upstream(lambda conn: conn.sendall(b"still here"))
+    with closing(_tunnel(call, port)) as client:
+        assert _read_all(client) == b"still here"
+
+
+def test_the_proxy_accepts_again_after_running_out_of_descriptors(
+    proxy: EgressProxy, upstream: Callable[[Handler], int]
+) -> None:
+    # A command that opens connection after connection can exhaust the daemon's
+    # descriptors: accepting fails for a while, and must start again once some are free.
+    call = proxy.open(OPERATOR)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    held: list[socket.socket] = []
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(map(int, _open_fds())) + 16, hard))
+        with contextlib.suppress(OSError):  # take every descriptor left
+            while True:
+                held.append(socket.socket(socket.AF_UNIX))
+        held.pop().close()  # but one: the proxy's first accept takes it, the next ones fail
+        for conn in held[:8]:
+            conn.connect(str(call.socket_path))
+        time.sleep(0.5)  # the proxy tries, and fails, to accept the rest
+    finally:
+        for conn in held:
+            conn.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    port = upstream(lambda conn: conn.sendall(b"accepting again"))
+    with closing(_tunnel(call, port)) as client:
+        assert _read_all(client) == b"accepting again"
