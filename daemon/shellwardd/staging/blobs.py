@@ -11,7 +11,11 @@ Choices, and why
   holds copies of the user's files); on the workspace's file system when the state dir is,
   so storing a before-image is a copy within one device.
 - **Never follows a link.** The source is opened with ``O_NOFOLLOW``: a symlink's
-  before-image is its target, recorded in the effect itself, never a blob.
+  before-image is its target, recorded in the effect itself, never a blob. A caller that
+  must not resolve a path by name at all (the file tools) opens the file itself and hands
+  over its descriptor (:meth:`BlobStore.put_fd`).
+- **One place.** The store lives at :func:`store_path` of the state dir; the stager, the
+  file tools and undo all open it there.
 
 Retention, size bounds and garbage collection belong to undo, which reads these blobs.
 """
@@ -28,6 +32,11 @@ from pathlib import Path
 
 _CHUNK = 1 << 20
 _HEX = re.compile(r"[0-9a-f]{64}")
+
+
+def store_path(state_dir: Path) -> Path:
+    """Where the daemon whose state directory is ``state_dir`` keeps its before-images."""
+    return state_dir / "blobs"
 
 
 class BlobError(Exception):
@@ -59,13 +68,21 @@ class BlobStore:
         except OSError as exc:
             raise BlobError(f"cannot read {path} to keep its before-image: {exc.strerror}") from exc
         try:
-            if not stat.S_ISREG(os.fstat(source).st_mode):
-                raise BlobError(f"{path} is not a regular file; only files have before-images")
-            return self._copy(source, path)
+            return self.put_fd(source, str(path))
         finally:
             os.close(source)
 
-    def _copy(self, source: int, path: Path) -> str:
+    def put_fd(self, source: int, name: str) -> str:
+        """Store a copy of the regular file open for reading at ``source`` (from where its
+        offset is; ``name`` for messages); return its SHA-256 hex digest.
+
+        For a caller that opened the file itself (the file tools, beneath the workspace's
+        descriptor): the store never resolves a workspace path by name."""
+        if not stat.S_ISREG(os.fstat(source).st_mode):
+            raise BlobError(f"{name} is not a regular file; only files have before-images")
+        return self._copy(source, name)
+
+    def _copy(self, source: int, name: str) -> str:
         temp = self.root / f".tmp-{secrets.token_hex(8)}"
         digest = hashlib.sha256()
         try:
@@ -87,11 +104,13 @@ class BlobStore:
             return hexdigest
         except OSError as exc:
             raise BlobError(
-                f"cannot keep the before-image of {path} in {self.root}: {exc.strerror}; "
+                f"cannot keep the before-image of {name} in {self.root}: {exc.strerror}; "
                 "free space there or check the state directory's permissions"
             ) from exc
         finally:
-            with contextlib.suppress(FileNotFoundError):
+            # Gone already (renamed, or never made: a store that is not a directory any
+            # more raises ENOTDIR here too); the error that matters is the one above.
+            with contextlib.suppress(FileNotFoundError, NotADirectoryError):
                 os.unlink(temp)
 
 
