@@ -7,6 +7,7 @@ outside file into the store, and a store that cannot keep an image stops the wri
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -140,3 +141,20 @@ def test_a_write_whose_before_image_cannot_be_kept_writes_nothing(
     # A new file replaces nothing, so it needs no image: still written (and undoable).
     created = _tool(client, "write_file", workspace, path="new.txt", content="n", base_hash="")
     assert client.undo(created.call_id, cwd=workspace).ok
+
+
+def test_a_file_tool_image_is_kept_by_the_collection_at_start_up(
+    daemon: Daemon, client: Client, workspace: Path
+) -> None:
+    (workspace / "f.txt").write_bytes(b"v0\n")
+    written = _tool(client, "write_file", workspace, path="f.txt", content="v1\n")
+    image = _store(daemon).path_of(_sha(b"v0\n"))
+    os.utime(image, (1, 1))  # past the grace a young blob has: only retention keeps it now
+    daemon.stop()
+    again = start_daemon(daemon.socket, daemon.state_dir, workspace)
+    try:
+        with again.client() as second:
+            assert second.undo(written.call_id, cwd=workspace).ok
+    finally:
+        again.stop()
+    assert (workspace / "f.txt").read_bytes() == b"v0\n"
