@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -60,6 +61,16 @@ def test_undo_of_write_file_restores_the_content_it_replaced(
     undone = client.undo(written.call_id, cwd=workspace)
     assert undone.ok, undone.content
     assert (workspace / "f.txt").read_bytes() == b"original\n"
+
+
+def test_undo_of_write_file_leaves_a_script_executable(client: Client, workspace: Path) -> None:
+    script = workspace / "run.sh"
+    script.write_bytes(b"#!/bin/sh\necho old\n")
+    script.chmod(0o750)
+    written = _tool(client, "write_file", workspace, path="run.sh", content="#!/bin/sh\n")
+    assert client.undo(written.call_id, cwd=workspace).ok
+    assert script.read_bytes() == b"#!/bin/sh\necho old\n"
+    assert stat.S_IMODE(script.stat().st_mode) == 0o750
 
 
 def test_undo_of_write_file_that_created_a_file_removes_it(client: Client, workspace: Path) -> None:
