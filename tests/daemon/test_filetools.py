@@ -698,6 +698,27 @@ def test_a_write_whose_before_image_cannot_be_kept_writes_nothing(
     assert temp_files(workspace) == []
 
 
+def test_a_base_hash_is_checked_again_right_before_the_write(
+    workspace: Path, blobs: BlobStore
+) -> None:
+    # Another writer goes first between the plan and the write (the call waited for its
+    # workspace): an edit based on what the model read must not overwrite that change.
+    (workspace / "f.txt").write_bytes(b"read\n")
+    edit = plan_write(workspace, "f.txt", b"edit\n", sha(b"read\n"))
+    create = plan_write(workspace, "g.txt", b"mine\n", "")
+    (workspace / "f.txt").write_bytes(b"someone else's\n")
+    (workspace / "g.txt").write_bytes(b"theirs\n")
+    with pytest.raises(Conflict, match="changed since you read it"):
+        apply_write(workspace, edit, blobs)
+    with pytest.raises(Conflict, match="must not"):
+        apply_write(workspace, create, blobs)
+    assert (workspace / "f.txt").read_bytes() == b"someone else's\n"
+    assert (workspace / "g.txt").read_bytes() == b"theirs\n"
+    # Without a base hash the write replaces whatever is there, as asked.
+    apply_write(workspace, plan_write(workspace, "f.txt", b"any\n", None), blobs)
+    assert (workspace / "f.txt").read_bytes() == b"any\n"
+
+
 def test_a_patch_round_trip_from_read_to_replay(workspace: Path, blobs: BlobStore) -> None:
     (workspace / "app.py").write_bytes(b"def f():\n    return 1\n")
     read = read_file(workspace, "app.py")

@@ -87,12 +87,15 @@ class FileListing:
 
 @dataclass(frozen=True)
 class FileWritePlan:
-    """One file write, decided but not done: ``before_hash`` is "" for a new file."""
+    """One file write, decided but not done: ``before_hash`` is "" for a new file;
+    ``base_hash`` what the caller required the file to be at (None: whatever is there),
+    checked again right before the write."""
 
     path: str
     before_hash: str
     after_hash: str
     content: bytes = field(repr=False)
+    base_hash: str | None = None
 
 
 # --- opening -----------------------------------------------------------------------------
@@ -359,7 +362,7 @@ def plan_write(workspace: Path, path: str, content: bytes, base_hash: str | None
     location = locate(workspace, path)
     current = _hash_now(workspace, location)
     _check_base(location.rel, base_hash, current)
-    return FileWritePlan(location.rel, current, bytes_hash(content), content)
+    return FileWritePlan(location.rel, current, bytes_hash(content), content, base_hash)
 
 
 def plan_patch(workspace: Path, path: str, patch: str, base_hash: str | None) -> FileWritePlan:
@@ -391,7 +394,7 @@ def plan_patch(workspace: Path, path: str, patch: str, base_hash: str | None) ->
             " change: use write_file with the whole new content."
         )
     new = parsed.apply(snapshot.content if snapshot else b"", rel)
-    return FileWritePlan(rel, current, bytes_hash(new), new)
+    return FileWritePlan(rel, current, bytes_hash(new), new, base_hash)
 
 
 # --- applying writes ---------------------------------------------------------------------
@@ -401,8 +404,9 @@ def apply_write(workspace: Path, plan: FileWritePlan, blobs: BlobStore) -> str:
     """Write ``plan.content`` to its path atomically: the old file or the new, never half.
 
     The path is located again, so a plan read back from the ledger is held to the same
-    rules. The file the write replaces is first kept in ``blobs`` (its before-image, so an
-    undo can put it back); if it cannot be kept, nothing is written. A file that existed
+    rules, and a ``base_hash`` is checked again against the file it replaces. That file is
+    first kept in ``blobs`` (its before-image, so an undo can put it back); if it cannot be
+    kept, nothing is written. A file that existed
     keeps its permission bits (never set-uid, set-gid or sticky); a new one gets the usual
     0o666 less umask. Returns the hash of the content replaced ("" for a new file).
     """
@@ -418,11 +422,14 @@ def apply_write(workspace: Path, plan: FileWritePlan, blobs: BlobStore) -> str:
     with closing_fd(parent):
         replaced = _open_replaced(parent, name, location)
         if replaced is None:
+            # The base hash again: another writer may have gone first since the plan.
+            _check_base(location.rel, plan.base_hash, "")
             _replace(parent, name, plan.content, None)
             return ""
         fd, st = replaced
         with closing_fd(fd):
             before = _keep_before_image(fd, st, location, blobs)
+        _check_base(location.rel, plan.base_hash, before)
         # Permission bits only: a set-uid bit a sandboxed process put on its own file must
         # not end up on the file the daemon (perhaps root) writes in its place.
         _replace(parent, name, plan.content, stat.S_IMODE(st.st_mode) & 0o777)
