@@ -162,6 +162,7 @@ def effect_to_wire(effect: t.FileEffect) -> pb.FileEffect:
         size=effect.size,
         renamed_from=effect.renamed_from,
         from_rescan=effect.from_rescan,
+        before_mode=effect.before_mode,
     )
 
 
@@ -319,6 +320,7 @@ def effect_from_wire(message: pb.FileEffect) -> t.FileEffect:
         size=message.size,
         renamed_from=message.renamed_from,
         from_rescan=message.from_rescan,
+        before_mode=message.before_mode,
     )
 
 

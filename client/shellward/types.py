@@ -176,6 +176,9 @@ class FileEffect:
     size: int = 0
     renamed_from: str = ""
     from_rescan: bool = False
+    # The permission bits (at most 0o777) before the call, when its before-image was kept
+    # with them (a staged commit); 0: not recorded.
+    before_mode: int = 0
 
 
 @dataclass(frozen=True)

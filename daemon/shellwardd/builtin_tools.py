@@ -3,8 +3,9 @@
 Each tool validates its arguments and prepares its work *before* the call is recorded as
 started (a path outside the workspace, a stale ``base_hash``: refused, nothing ran), then
 runs. A write is planned (hash before and after, new content) at preparation and applied
-atomically when run; its replay is checked against those hashes through the write
-detector's file effects, like any command's.
+atomically when run, after the content it replaces is kept in the blob store (so that
+``shellward undo`` can put it back); its replay is checked against those hashes through
+the write detector's file effects, like any command's.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from shellward.types import Idempotency, ReplayPolicy, Verdict
 from shellwardd import filetools
 from shellwardd.config import Config
 from shellwardd.errors import InvalidArgument
+from shellwardd.staging.blobs import BlobStore
 
 
 @dataclass(frozen=True)
@@ -39,7 +41,8 @@ class BuiltinTool:
     description: str
     writes: bool
     input_schema: Mapping[str, Any]
-    prepare: Callable[[Path, Mapping[str, Any], Config], Prepared]
+    # (workspace, arguments, config, the store that keeps what a write replaces)
+    prepare: Callable[[Path, Mapping[str, Any], Config, BlobStore], Prepared]
 
     @property
     def verdict(self) -> Verdict:
@@ -89,7 +92,9 @@ def _take(
     return values
 
 
-def _prepare_read(workspace: Path, arguments: Mapping[str, Any], config: Config) -> Prepared:
+def _prepare_read(
+    workspace: Path, arguments: Mapping[str, Any], config: Config, blobs: BlobStore
+) -> Prepared:
     args = _take(arguments, "read_file", {"path": (str, True), "max_bytes": (int, False)})
     ceiling = config.read_max_bytes
     max_bytes = args.get("max_bytes") or min(1 << 20, ceiling)
@@ -116,7 +121,9 @@ def _prepare_read(workspace: Path, arguments: Mapping[str, Any], config: Config)
     return run
 
 
-def _prepare_list(workspace: Path, arguments: Mapping[str, Any], config: Config) -> Prepared:
+def _prepare_list(
+    workspace: Path, arguments: Mapping[str, Any], config: Config, blobs: BlobStore
+) -> Prepared:
     spec = {"path": (str, False), "pattern": (str, False), "recursive": (bool, False),
             "limit": (int, False)}  # fmt: skip
     args = _take(arguments, "list_files", spec)
@@ -145,32 +152,39 @@ def _prepare_list(workspace: Path, arguments: Mapping[str, Any], config: Config)
     return run
 
 
-def _writer(workspace: Path, plan: filetools.FileWritePlan, verb: str) -> Prepared:
+def _writer(
+    workspace: Path, plan: filetools.FileWritePlan, verb: str, blobs: BlobStore
+) -> Prepared:
     def run() -> ToolAnswer:
-        filetools.apply_write(workspace, plan)
+        # What was really replaced: the file may have changed since the plan (no base_hash).
+        before = filetools.apply_write(workspace, plan, blobs)
         return ToolAnswer(
             summary=f"{verb} {plan.path}; its hash is now {plan.after_hash}.",
-            output={"path": plan.path, "before_hash": plan.before_hash,
+            output={"path": plan.path, "before_hash": before,
                     "after_hash": plan.after_hash},
         )  # fmt: skip
 
     return run
 
 
-def _prepare_write(workspace: Path, arguments: Mapping[str, Any], config: Config) -> Prepared:
+def _prepare_write(
+    workspace: Path, arguments: Mapping[str, Any], config: Config, blobs: BlobStore
+) -> Prepared:
     spec = {"path": (str, True), "content": (str, True), "base_hash": (str, False)}
     args = _take(arguments, "write_file", spec)
     plan = filetools.plan_write(
         workspace, args["path"], args["content"].encode("utf-8"), args.get("base_hash")
     )
-    return _writer(workspace, plan, "Wrote")
+    return _writer(workspace, plan, "Wrote", blobs)
 
 
-def _prepare_patch(workspace: Path, arguments: Mapping[str, Any], config: Config) -> Prepared:
+def _prepare_patch(
+    workspace: Path, arguments: Mapping[str, Any], config: Config, blobs: BlobStore
+) -> Prepared:
     spec = {"path": (str, True), "patch": (str, True), "base_hash": (str, False)}
     args = _take(arguments, "apply_patch", spec)
     plan = filetools.plan_patch(workspace, args["path"], args["patch"], args.get("base_hash"))
-    return _writer(workspace, plan, "Patched")
+    return _writer(workspace, plan, "Patched", blobs)
 
 
 _PATH = {"type": "string", "description": "relative to the workspace (or absolute inside it)"}

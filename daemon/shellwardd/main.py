@@ -50,7 +50,7 @@ from shellwardd.runtime import Runtime
 from shellwardd.sandbox import Sandbox
 from shellwardd.server import DaemonInfo, Listeners
 from shellwardd.staging.area import StagingArea
-from shellwardd.staging.blobs import BlobStore
+from shellwardd.staging.blobs import BlobStore, store_path
 from shellwardd.staging.stager import Stager
 from shellwardd.tools.config import load_tools_config
 from shellwardd.tools.registry import ToolRegistry
@@ -181,7 +181,7 @@ class Daemon:
         if self.sandbox.stages:
             self.stager = Stager(
                 StagingArea(config.state_dir / "staging", self.sandbox.mount_root),
-                BlobStore(config.state_dir / "blobs"),
+                BlobStore(store_path(config.state_dir)),
                 self.ledger,
                 self.sandbox.sandbox_owner,
             )

@@ -86,7 +86,7 @@ def test_json_turns_bytes_into_text_and_enums_into_values() -> None:
     assert data["status"] == "succeeded" and data["replay_policy"] == "ask"
     assert data["file_effects"][0] == {
         "path": "out/app", "kind": "created", "before_hash": "", "after_hash": "sha256:" + "c" * 64,
-        "size": 12, "renamed_from": "", "from_rescan": False,
+        "size": 12, "renamed_from": "", "from_rescan": False, "before_mode": 0,
     }  # fmt: skip
 
 

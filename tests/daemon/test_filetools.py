@@ -14,7 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from shellwardd.errors import Conflict, InvalidArgument, NotFound, PermissionDenied
+from shellwardd.errors import (
+    Conflict,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    Unavailable,
+)
 from shellwardd.filetools import (
     MAX_LIST_ENTRIES,
     TEMP_SUFFIX,
@@ -28,6 +34,7 @@ from shellwardd.filetools import (
     plan_write,
     read_file,
 )
+from shellwardd.staging.blobs import BlobStore
 from shellwardd.watch import content_hash
 from tests.daemon.hostile import watching_opens
 
@@ -51,6 +58,12 @@ def resolver(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) ->
         monkeypatch.setattr(_beneath, "use_openat2", False)
         monkeypatch.setattr(_beneath, "_openat2", forbidden)
     return str(request.param)
+
+
+@pytest.fixture
+def blobs(tmp_path: Path) -> BlobStore:
+    """The store that keeps what a write replaces (a daemon keeps it in its state dir)."""
+    return BlobStore(tmp_path / "state" / "blobs")
 
 
 @pytest.fixture
@@ -119,7 +132,7 @@ def test_check_path_refuses_dangling_symlink_outside(workspace: Path, tmp_path: 
         check_path(workspace, "dangling")
 
 
-def test_symlinks_that_stay_inside_are_refused_too(workspace: Path) -> None:
+def test_symlinks_that_stay_inside_are_refused_too(workspace: Path, blobs: BlobStore) -> None:
     # A link inside now can point outside a moment later: no tool follows any link.
     (workspace / "real.txt").write_text("hi\n")
     (workspace / "link.txt").symlink_to("real.txt")
@@ -135,7 +148,7 @@ def test_symlinks_that_stay_inside_are_refused_too(workspace: Path) -> None:
     with pytest.raises(PermissionDenied, match=r"symlink 'link.txt'"):
         plan_write(workspace, "link.txt", b"new", None)
     with pytest.raises(PermissionDenied, match="symlink 'dlink'"):
-        apply_write(workspace, FileWritePlan("dlink/new.txt", "", sha(b"x"), b"x"))
+        apply_write(workspace, FileWritePlan("dlink/new.txt", "", sha(b"x"), b"x"), blobs)
     assert not (workspace / "d" / "new.txt").exists()
     assert (workspace / "real.txt").read_text() == "hi\n"
 
@@ -225,7 +238,7 @@ def test_a_kernel_without_openat2_gets_the_walk(monkeypatch: pytest.MonkeyPatch)
 
 
 def test_a_file_with_another_hard_link_is_neither_read_nor_written(
-    workspace: Path, outside: Path
+    workspace: Path, outside: Path, blobs: BlobStore
 ) -> None:
     # A hostile command links a secret into the workspace (same filesystem).
     os.link(outside / "secret", workspace / "innocent.txt")
@@ -236,12 +249,14 @@ def test_a_file_with_another_hard_link_is_neither_read_nor_written(
     with pytest.raises(PermissionDenied, match="hard links"):
         plan_patch(workspace, "innocent.txt", "@@ -1 +1 @@\n-top secret\n+x\n", None)
     with pytest.raises(PermissionDenied, match="hard links"):
-        apply_write(workspace, FileWritePlan("innocent.txt", "", sha(b"x"), b"x"))
+        apply_write(workspace, FileWritePlan("innocent.txt", "", sha(b"x"), b"x"), blobs)
     assert (outside / "secret").read_text() == "top secret\n"
     assert (workspace / "innocent.txt").read_text() == "top secret\n"
 
 
-def test_a_fifo_is_refused_by_every_tool_without_being_opened(workspace: Path) -> None:
+def test_a_fifo_is_refused_by_every_tool_without_being_opened(
+    workspace: Path, blobs: BlobStore
+) -> None:
     os.mkfifo(workspace / "pipe")
     # Not even opened non-blocking: a reader's open releases a writer blocked on the FIFO,
     # and opening a device can act on it.
@@ -257,7 +272,7 @@ def test_a_fifo_is_refused_by_every_tool_without_being_opened(workspace: Path) -
     plan = plan_write(workspace, "later", b"x", None)
     os.mkfifo(workspace / "later")
     with pytest.raises(InvalidArgument, match="not a regular file"):
-        apply_write(workspace, plan)
+        apply_write(workspace, plan, blobs)
     assert stat.S_ISFIFO(os.lstat(workspace / "later").st_mode)
     assert temp_files(workspace) == []
 
@@ -554,37 +569,37 @@ def temp_files(directory: Path) -> list[Path]:
     return [p for p in directory.rglob("*") if p.name.endswith(TEMP_SUFFIX)]
 
 
-def test_apply_write_creates_parent_directories(workspace: Path) -> None:
+def test_apply_write_creates_parent_directories(workspace: Path, blobs: BlobStore) -> None:
     plan = plan_write(workspace, "a/b/c.txt", b"deep", "")
-    apply_write(workspace, plan)
+    apply_write(workspace, plan, blobs)
     assert (workspace / "a" / "b" / "c.txt").read_bytes() == b"deep"
     assert content_hash(workspace / "a" / "b" / "c.txt") == plan.after_hash
     assert temp_files(workspace) == []
 
 
-def test_apply_write_keeps_the_mode_of_an_existing_file(workspace: Path) -> None:
+def test_apply_write_keeps_the_mode_of_an_existing_file(workspace: Path, blobs: BlobStore) -> None:
     script = workspace / "run.sh"
     script.write_bytes(b"#!/bin/sh\necho old\n")
     script.chmod(0o751)
-    apply_write(workspace, plan_write(workspace, "run.sh", b"#!/bin/sh\necho new\n", None))
+    apply_write(workspace, plan_write(workspace, "run.sh", b"#!/bin/sh\necho new\n", None), blobs)
     assert stat.S_IMODE(script.stat().st_mode) == 0o751
     assert script.read_bytes() == b"#!/bin/sh\necho new\n"
 
 
-def test_apply_write_keeps_no_set_uid_bit(workspace: Path) -> None:
+def test_apply_write_keeps_no_set_uid_bit(workspace: Path, blobs: BlobStore) -> None:
     # A sandboxed process marks its file set-uid; a root daemon's write must not make a
     # set-uid-root program of it.
     tool = workspace / "tool"
     tool.write_bytes(b"old")
     tool.chmod(0o6755)
-    apply_write(workspace, plan_write(workspace, "tool", b"new", None))
+    apply_write(workspace, plan_write(workspace, "tool", b"new", None), blobs)
     assert stat.S_IMODE(tool.stat().st_mode) == 0o755
 
 
-def test_apply_write_gives_a_new_file_the_umask_mode(workspace: Path) -> None:
+def test_apply_write_gives_a_new_file_the_umask_mode(workspace: Path, blobs: BlobStore) -> None:
     old = os.umask(0o027)
     try:
-        apply_write(workspace, plan_write(workspace, "new.txt", b"x", None))
+        apply_write(workspace, plan_write(workspace, "new.txt", b"x", None), blobs)
     finally:
         os.umask(old)
     assert stat.S_IMODE((workspace / "new.txt").stat().st_mode) == 0o640
@@ -592,37 +607,124 @@ def test_apply_write_gives_a_new_file_the_umask_mode(workspace: Path) -> None:
 
 @pytest.mark.parametrize("failing", ["replace", "fsync"])
 def test_apply_write_failure_leaves_the_original_and_no_temp_file(
-    workspace: Path, monkeypatch: pytest.MonkeyPatch, failing: str
+    workspace: Path, monkeypatch: pytest.MonkeyPatch, failing: str, blobs: BlobStore
 ) -> None:
     target = workspace / "f.txt"
     target.write_bytes(b"original\n")
     plan = plan_write(workspace, "f.txt", b"replacement\n", None)
 
+    real = getattr(os, failing)
+
     def crash(*args: object, **kwargs: object) -> None:
+        if failing == "fsync" and not os.readlink(f"/proc/self/fd/{args[0]}").startswith(
+            str(workspace)
+        ):
+            return real(*args)  # the before-image is kept; the write's own fsync fails
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, failing, crash)
     with pytest.raises(OSError, match="No space left"):
-        apply_write(workspace, plan)
+        apply_write(workspace, plan, blobs)
     monkeypatch.undo()
     assert target.read_bytes() == b"original\n"
     assert temp_files(workspace) == []
 
 
-def test_apply_write_refuses_a_plan_whose_path_now_escapes(workspace: Path, outside: Path) -> None:
+def test_apply_write_refuses_a_plan_whose_path_now_escapes(
+    workspace: Path, outside: Path, blobs: BlobStore
+) -> None:
     plan = plan_write(workspace, "sub/f.txt", b"x", None)
     (workspace / "sub").symlink_to(outside)
     with pytest.raises(PermissionDenied, match="symlink 'sub'"):
-        apply_write(workspace, plan)
+        apply_write(workspace, plan, blobs)
     assert not (outside / "f.txt").exists()
 
 
-def test_a_patch_round_trip_from_read_to_replay(workspace: Path) -> None:
+def stored(blobs: BlobStore) -> dict[str, bytes]:
+    """Every blob in the store: its name → its content."""
+    return {p.name: p.read_bytes() for p in blobs.root.glob("*/*")}
+
+
+def test_apply_write_keeps_the_content_it_replaces_before_replacing_it(
+    workspace: Path, blobs: BlobStore
+) -> None:
+    (workspace / "f.txt").write_bytes(b"old\n")
+    before = apply_write(workspace, plan_write(workspace, "f.txt", b"new\n", None), blobs)
+    assert before == sha(b"old\n")
+    assert stored(blobs) == {before.removeprefix("sha256:"): b"old\n"}
+    assert (workspace / "f.txt").read_bytes() == b"new\n"
+    # A new file replaces nothing: nothing to keep.
+    assert apply_write(workspace, plan_write(workspace, "g.txt", b"g", ""), blobs) == ""
+    assert len(stored(blobs)) == 1
+
+
+def test_a_link_swapped_in_after_the_plan_never_puts_an_outside_file_in_the_store(
+    workspace: Path, outside: Path, blobs: BlobStore
+) -> None:
+    # The attack: the plan sees plain files; then the file, or its directory, becomes a
+    # link to a secret outside, which a before-image read by name would copy into the
+    # daemon's store (where an undo would later write it into the workspace).
+    (workspace / "f.txt").write_bytes(b"inside\n")
+    (workspace / "d").mkdir()
+    (workspace / "d" / "secret").write_bytes(b"inside\n")
+    file_plan = plan_write(workspace, "f.txt", b"x", None)
+    dir_plan = plan_write(workspace, "d/secret", b"x", None)
+    (workspace / "f.txt").unlink()
+    (workspace / "f.txt").symlink_to(outside / "secret")
+    os.rename(workspace / "d", workspace / "d.moved")
+    (workspace / "d").symlink_to(outside)
+    with pytest.raises(PermissionDenied, match="symlink"):
+        apply_write(workspace, file_plan, blobs)
+    with pytest.raises(PermissionDenied, match="symlink"):
+        apply_write(workspace, dir_plan, blobs)
+    assert stored(blobs) == {}
+    assert (outside / "secret").read_text() == "top secret\n"
+    assert os.path.islink(workspace / "f.txt") and os.path.islink(workspace / "d")
+
+
+def test_a_write_whose_before_image_cannot_be_kept_writes_nothing(
+    workspace: Path, blobs: BlobStore
+) -> None:
+    (workspace / "f.txt").write_bytes(b"original\n")
+    plan = plan_write(workspace, "f.txt", b"replacement\n", None)
+    # The store broken under the daemon (a root daemon writes into any mode, so a file
+    # where the store's directory was stands for a full or read-only state dir).
+    blobs.root.rmdir()
+    blobs.root.write_bytes(b"")
+    with pytest.raises(Unavailable, match="Nothing was written") as refused:
+        apply_write(workspace, plan, blobs)
+    assert "f.txt" in refused.value.message and str(blobs.root) in refused.value.message
+    assert (workspace / "f.txt").read_bytes() == b"original\n"
+    assert temp_files(workspace) == []
+
+
+def test_a_base_hash_is_checked_again_right_before_the_write(
+    workspace: Path, blobs: BlobStore
+) -> None:
+    # Another writer goes first between the plan and the write (the call waited for its
+    # workspace): an edit based on what the model read must not overwrite that change.
+    (workspace / "f.txt").write_bytes(b"read\n")
+    edit = plan_write(workspace, "f.txt", b"edit\n", sha(b"read\n"))
+    create = plan_write(workspace, "g.txt", b"mine\n", "")
+    (workspace / "f.txt").write_bytes(b"someone else's\n")
+    (workspace / "g.txt").write_bytes(b"theirs\n")
+    with pytest.raises(Conflict, match="changed since you read it"):
+        apply_write(workspace, edit, blobs)
+    with pytest.raises(Conflict, match="must not"):
+        apply_write(workspace, create, blobs)
+    assert (workspace / "f.txt").read_bytes() == b"someone else's\n"
+    assert (workspace / "g.txt").read_bytes() == b"theirs\n"
+    # Without a base hash the write replaces whatever is there, as asked.
+    apply_write(workspace, plan_write(workspace, "f.txt", b"any\n", None), blobs)
+    assert (workspace / "f.txt").read_bytes() == b"any\n"
+
+
+def test_a_patch_round_trip_from_read_to_replay(workspace: Path, blobs: BlobStore) -> None:
     (workspace / "app.py").write_bytes(b"def f():\n    return 1\n")
     read = read_file(workspace, "app.py")
     patch = "--- a/app.py\n+++ b/app.py\n@@ -1,2 +1,2 @@\n def f():\n-    return 1\n+    return 2\n"
     plan = plan_patch(workspace, "app.py", patch, read.hash)
-    apply_write(workspace, plan)
+    apply_write(workspace, plan, blobs)
     assert read_file(workspace, "app.py").content == b"def f():\n    return 2\n"
     assert read_file(workspace, "app.py").hash == plan.after_hash
     with pytest.raises(Conflict):  # the same patch again, on the old base hash

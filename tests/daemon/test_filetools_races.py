@@ -24,6 +24,7 @@ from shellwardd.filetools import (
     plan_write,
     read_file,
 )
+from shellwardd.staging.blobs import BlobStore
 from tests.daemon.hostile import Layout, swapping
 
 TRIES = 3000
@@ -59,13 +60,20 @@ def test_read_file_never_returns_outside_content(resolver: str, layout: Layout) 
     assert refused > 0  # the swap really happened under the reads
 
 
-def test_write_never_creates_a_file_outside(resolver: str, layout: Layout) -> None:
+@pytest.fixture
+def blobs(tmp_path: Path) -> BlobStore:
+    return BlobStore(tmp_path / "state" / "blobs")
+
+
+def test_write_never_creates_a_file_outside(
+    resolver: str, layout: Layout, blobs: BlobStore
+) -> None:
     plan = FileWritePlan("d/new.txt", "", "sha256:" + hashlib.sha256(b"x").hexdigest(), b"x")
     written = 0
     with swapping(layout):
         for _ in range(TRIES // 3):
             try:
-                apply_write(layout.workspace, plan)
+                apply_write(layout.workspace, plan, blobs)
                 written += 1
             except PermissionDenied:
                 continue
@@ -76,6 +84,29 @@ def test_write_never_creates_a_file_outside(resolver: str, layout: Layout) -> No
     assert not [p for p in layout.workspace.rglob("*") if p.name.endswith(TEMP_SUFFIX)]
     assert (layout.outside / "f").read_bytes() == Layout.SECRET
     assert written > 0
+
+
+def test_a_write_never_keeps_an_outside_file_as_its_before_image(
+    resolver: str, layout: Layout, blobs: BlobStore
+) -> None:
+    # Each write replaces d/f, so it keeps what d/f holds first: while d is swapped with a
+    # link to outside, what it keeps must never be the secret behind the link.
+    written = 0
+    with swapping(layout):
+        for n in range(TRIES // 3):
+            content = f"{n}\n".encode()
+            plan = FileWritePlan(
+                "d/f", "", "sha256:" + hashlib.sha256(content).hexdigest(), content
+            )
+            try:
+                apply_write(layout.workspace, plan, blobs)
+                written += 1
+            except PermissionDenied:
+                continue
+    kept = {p.read_bytes() for p in blobs.root.glob("*/*")}
+    assert Layout.SECRET not in kept
+    assert Layout.INSIDE in kept and written > 0
+    assert (layout.outside / "f").read_bytes() == Layout.SECRET
 
 
 def test_list_files_never_lists_outside(resolver: str, layout: Layout) -> None:

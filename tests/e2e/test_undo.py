@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -77,6 +78,22 @@ def test_undo_of_a_modify_and_a_delete_restores_the_before_images(
     assert client.undo(call, cwd=workspace).ok
     assert (workspace / "f.txt").read_bytes() == b"original\n"
     assert (workspace / "g.txt").read_bytes() == b"keep me\n"
+
+
+def test_undo_puts_back_the_permission_bits_of_a_modified_and_a_deleted_file(
+    daemon: Daemon, client: Client, workspace: Path
+) -> None:
+    (workspace / "f.txt").write_bytes(b"original\n")
+    (workspace / "f.txt").chmod(0o640)
+    (workspace / "run.sh").write_bytes(b"#!/bin/sh\n")
+    (workspace / "run.sh").chmod(0o755)
+    call = _ran(client, "echo changed > f.txt && chmod 600 f.txt && rm run.sh", workspace)
+    modes = {e.path: e.before_mode for e in client.get_call(call).file_effects}
+    assert modes == {"f.txt": 0o640, "run.sh": 0o755}
+    assert client.undo(call, cwd=workspace).ok
+    assert stat.S_IMODE((workspace / "f.txt").stat().st_mode) == 0o640
+    assert stat.S_IMODE((workspace / "run.sh").stat().st_mode) == 0o755
+    assert (workspace / "run.sh").read_bytes() == b"#!/bin/sh\n"
 
 
 def test_undo_of_a_rename_moves_it_back(daemon: Daemon, client: Client, workspace: Path) -> None:

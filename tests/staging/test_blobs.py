@@ -116,3 +116,29 @@ def test_content_is_synced_before_its_name_and_the_name_before_return(
         assert position[("fsync", temp)] < position[("rename", temp)]
         assert position[("named", final)] < position[("fsync", final.parent)]
         assert position[("fsync", final.parent)] < position[("returned", tmp_path)]
+
+
+def test_put_fd_keeps_what_the_descriptor_reads_and_refuses_a_directory(tmp_path: Path) -> None:
+    store = BlobStore(tmp_path / "blobs")
+    (tmp_path / "f").write_bytes(b"by descriptor\n")
+    fd = os.open(tmp_path / "f", os.O_RDONLY)
+    try:
+        digest = store.put_fd(fd, "f")
+    finally:
+        os.close(fd)
+    assert store.path_of(digest).read_bytes() == b"by descriptor\n"
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        with pytest.raises(BlobError, match="not a regular file"):
+            store.put_fd(fd, "a directory")
+    finally:
+        os.close(fd)
+
+
+def test_a_store_that_is_no_longer_a_directory_is_a_blob_error(tmp_path: Path) -> None:
+    store = BlobStore(tmp_path / "blobs")
+    store.root.rmdir()
+    store.root.write_bytes(b"")
+    (tmp_path / "f").write_bytes(b"x")
+    with pytest.raises(BlobError, match=r"cannot keep the before-image of .*f in"):
+        store.put_file(tmp_path / "f")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -102,3 +103,28 @@ def test_a_rename_and_a_created_directory_are_reversed(tmp_path: Path, store: Bl
     restore(workspace, plan_undo("c1", workspace, effects, store), store)
     assert os.listdir(workspace) == ["a.txt"]
     assert (workspace / "a.txt").read_bytes() == b"x\n"
+
+
+def test_the_recorded_mode_is_restored_never_a_set_uid_bit(
+    tmp_path: Path, store: BlobStore
+) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "m.sh").write_bytes(b"after\n")
+    os.chmod(workspace / "m.sh", 0o600)  # the call changed the bits too
+    _keep(store, tmp_path, b"before\n")
+    effects = [
+        # A tampered or hostile record asks for set-uid: only permission bits are put back.
+        FileEffect("m.sh", EffectKind.MODIFIED, _sha(b"before\n"), _sha(b"after\n"),
+                   before_mode=0o4755),
+        FileEffect("gone.sh", EffectKind.DELETED, _sha(b"before\n"), before_mode=0o750),
+        FileEffect("old.txt", EffectKind.DELETED, _sha(b"before\n")),  # no mode recorded
+    ]  # fmt: skip
+    old = os.umask(0o022)
+    try:
+        restore(workspace, plan_undo("c1", workspace, effects, store), store)
+    finally:
+        os.umask(old)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in workspace.iterdir()}
+    assert modes == {"m.sh": 0o755, "gone.sh": 0o750, "old.txt": 0o644}
+    assert (workspace / "gone.sh").read_bytes() == b"before\n"

@@ -301,7 +301,7 @@ class ArgumentFact(_message.Message):
     def __init__(self, index: _Optional[int] = ..., text: _Optional[str] = ..., kind: _Optional[_Union[ArgumentKind, str]] = ..., note: _Optional[str] = ...) -> None: ...
 
 class FileEffect(_message.Message):
-    __slots__ = ("path", "kind", "before_hash", "after_hash", "size", "renamed_from", "from_rescan")
+    __slots__ = ("path", "kind", "before_hash", "after_hash", "size", "renamed_from", "from_rescan", "before_mode")
     PATH_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     BEFORE_HASH_FIELD_NUMBER: _ClassVar[int]
@@ -309,6 +309,7 @@ class FileEffect(_message.Message):
     SIZE_FIELD_NUMBER: _ClassVar[int]
     RENAMED_FROM_FIELD_NUMBER: _ClassVar[int]
     FROM_RESCAN_FIELD_NUMBER: _ClassVar[int]
+    BEFORE_MODE_FIELD_NUMBER: _ClassVar[int]
     path: str
     kind: EffectKind
     before_hash: str
@@ -316,7 +317,8 @@ class FileEffect(_message.Message):
     size: int
     renamed_from: str
     from_rescan: bool
-    def __init__(self, path: _Optional[str] = ..., kind: _Optional[_Union[EffectKind, str]] = ..., before_hash: _Optional[str] = ..., after_hash: _Optional[str] = ..., size: _Optional[int] = ..., renamed_from: _Optional[str] = ..., from_rescan: _Optional[bool] = ...) -> None: ...
+    before_mode: int
+    def __init__(self, path: _Optional[str] = ..., kind: _Optional[_Union[EffectKind, str]] = ..., before_hash: _Optional[str] = ..., after_hash: _Optional[str] = ..., size: _Optional[int] = ..., renamed_from: _Optional[str] = ..., from_rescan: _Optional[bool] = ..., before_mode: _Optional[int] = ...) -> None: ...
 
 class NetworkEffect(_message.Message):
     __slots__ = ("host", "port", "address", "method", "path", "bytes_sent", "bytes_received", "refused")

@@ -2,7 +2,8 @@
 
 A tool checks its arguments and prepares its work before the call is recorded as started
 (``shellwardd.builtin_tools``, which also says what the model reads of each answer); a
-write then runs alone in its workspace and is watched like a command.
+write then runs alone in its workspace, keeps the content it replaces in the blob store
+(what ``shellward undo`` puts back), and is watched like a command.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from shellwardd.config import Config
 from shellwardd.errors import ShellwardError
 from shellwardd.outcomes import captured
 from shellwardd.requests import ToolRequest
+from shellwardd.staging.blobs import BlobStore, store_path
 
 from .lifecycle import CallListener, Execution, Plan, ToolRequests, planned_entry
 
@@ -27,6 +29,7 @@ from .lifecycle import CallListener, Execution, Plan, ToolRequests, planned_entr
 class FileToolKind(ToolRequests):
     def __init__(self, config: Config) -> None:
         self._config = config
+        self._blobs = BlobStore(store_path(config.state_dir))
 
     def planned(self, call_id: str, input_hash: str, request: ToolRequest) -> LedgerEntry:
         tool = BUILTIN_TOOLS[request.tool]
@@ -38,7 +41,7 @@ class FileToolKind(ToolRequests):
         tool = BUILTIN_TOOLS[request.tool]
         timeout = requests.check_timeout(self._config, request.timeout_seconds)
         workspace, cwd = requests.resolve_cwd(self._config, request.cwd)
-        prepared = tool.prepare(workspace, request.arguments, self._config)
+        prepared = tool.prepare(workspace, request.arguments, self._config, self._blobs)
         entry = replace(
             entry,
             cwd=str(cwd),
@@ -56,7 +59,7 @@ class FileToolKind(ToolRequests):
             # The human approved writing over someone else's change: the stale base_hash
             # that caused the conflict must not refuse it now.
             arguments.pop("base_hash", None)
-        prepared = tool.prepare(Path(entry.workspace), arguments, self._config)
+        prepared = tool.prepare(Path(entry.workspace), arguments, self._config, self._blobs)
         return _execution(tool, prepared, self._config.output_cap_bytes)
 
 

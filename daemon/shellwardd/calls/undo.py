@@ -29,7 +29,7 @@ from shellwardd.builtin_tools import BUILTIN_TOOLS
 from shellwardd.config import Config
 from shellwardd.errors import InvalidArgument, PermissionDenied, ShellwardError, Unavailable
 from shellwardd.requests import TOOL_RUN_COMMAND, ToolRequest
-from shellwardd.staging.blobs import BlobStore
+from shellwardd.staging.blobs import BlobStore, store_path
 from shellwardd.undo import UndoPlan, plan_undo, restore
 
 from .lifecycle import CallListener, Execution, Plan, ToolRequests, planned_entry
@@ -64,7 +64,7 @@ class UndoKind(ToolRequests):
         self._config = config
         self._get = get
         self._here = here
-        self.blobs = BlobStore(config.state_dir / "blobs")
+        self.blobs = BlobStore(store_path(config.state_dir))
 
     def planned(self, call_id: str, input_hash: str, request: ToolRequest) -> LedgerEntry:
         target = str(request.arguments.get("call_id", ""))

@@ -34,6 +34,7 @@ from shellwardd.errors import (
     PermissionDenied,
     Unavailable,
 )
+from shellwardd.staging.blobs import BlobError, BlobStore
 from shellwardd.watch.hashing import HASH_PREFIX, bytes_hash
 from shellwardd.watch.paths import COOKIE_DIR
 
@@ -86,12 +87,15 @@ class FileListing:
 
 @dataclass(frozen=True)
 class FileWritePlan:
-    """One file write, decided but not done: ``before_hash`` is "" for a new file."""
+    """One file write, decided but not done: ``before_hash`` is "" for a new file;
+    ``base_hash`` what the caller required the file to be at (None: whatever is there),
+    checked again right before the write."""
 
     path: str
     before_hash: str
     after_hash: str
     content: bytes = field(repr=False)
+    base_hash: str | None = None
 
 
 # --- opening -----------------------------------------------------------------------------
@@ -146,15 +150,19 @@ def _open_regular(root: int, location: Location) -> tuple[int, os.stat_result] |
         if stat.S_ISLNK(st.st_mode):  # O_PATH | O_NOFOLLOW opens a final symlink itself
             _raise_for(root, location, OSError(errno.ELOOP, os.strerror(errno.ELOOP)))
         _refuse_unless_single_file(location, st)
-        # The same inode, now for reading: through the daemon's own descriptor table, so
-        # nothing on the way can have changed.
-        try:
-            return os.open(f"/proc/self/fd/{handle}", os.O_RDONLY | os.O_CLOEXEC), st
-        except FileNotFoundError:
-            raise Unavailable(
-                "shellward cannot reopen files safely without /proc: mount /proc in the"
-                " daemon's environment and restart it."
-            ) from None
+        return _reopen(handle), st
+
+
+def _reopen(handle: int) -> int:
+    """The inode of the ``O_PATH`` descriptor ``handle``, now open for reading: through the
+    daemon's own descriptor table, so nothing on the way can have changed."""
+    try:
+        return os.open(f"/proc/self/fd/{handle}", os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise Unavailable(
+            "shellward cannot reopen files safely without /proc: mount /proc in the"
+            " daemon's environment and restart it."
+        ) from None
 
 
 # --- reading -----------------------------------------------------------------------------
@@ -354,7 +362,7 @@ def plan_write(workspace: Path, path: str, content: bytes, base_hash: str | None
     location = locate(workspace, path)
     current = _hash_now(workspace, location)
     _check_base(location.rel, base_hash, current)
-    return FileWritePlan(location.rel, current, bytes_hash(content), content)
+    return FileWritePlan(location.rel, current, bytes_hash(content), content, base_hash)
 
 
 def plan_patch(workspace: Path, path: str, patch: str, base_hash: str | None) -> FileWritePlan:
@@ -386,18 +394,21 @@ def plan_patch(workspace: Path, path: str, patch: str, base_hash: str | None) ->
             " change: use write_file with the whole new content."
         )
     new = parsed.apply(snapshot.content if snapshot else b"", rel)
-    return FileWritePlan(rel, current, bytes_hash(new), new)
+    return FileWritePlan(rel, current, bytes_hash(new), new, base_hash)
 
 
 # --- applying writes ---------------------------------------------------------------------
 
 
-def apply_write(workspace: Path, plan: FileWritePlan) -> None:
+def apply_write(workspace: Path, plan: FileWritePlan, blobs: BlobStore) -> str:
     """Write ``plan.content`` to its path atomically: the old file or the new, never half.
 
     The path is located again, so a plan read back from the ledger is held to the same
-    rules. A file that existed keeps its permission bits (never set-uid, set-gid or
-    sticky); a new one gets the usual 0o666 less umask.
+    rules, and a ``base_hash`` is checked again against the file it replaces. That file is
+    first kept in ``blobs`` (its before-image, so an undo can put it back); if it cannot be
+    kept, nothing is written. A file that existed
+    keeps its permission bits (never set-uid, set-gid or sticky); a new one gets the usual
+    0o666 less umask. Returns the hash of the content replaced ("" for a new file).
     """
     location = locate(workspace, plan.path)
     if not location.parts:
@@ -409,23 +420,69 @@ def apply_write(workspace: Path, plan: FileWritePlan) -> None:
         except OSError as exc:
             _raise_for(root, location, exc)
     with closing_fd(parent):
-        mode = _mode_to_keep(parent, name, location)
-        _replace(parent, name, plan.content, mode)
+        replaced = _open_replaced(parent, name, location)
+        if replaced is None:
+            # The base hash again: another writer may have gone first since the plan.
+            _check_base(location.rel, plan.base_hash, "")
+            _replace(parent, name, plan.content, None)
+            return ""
+        fd, st = replaced
+        with closing_fd(fd):
+            before = _keep_before_image(fd, st, location, blobs)
+        _check_base(location.rel, plan.base_hash, before)
+        # Permission bits only: a set-uid bit a sandboxed process put on its own file must
+        # not end up on the file the daemon (perhaps root) writes in its place.
+        _replace(parent, name, plan.content, stat.S_IMODE(st.st_mode) & 0o777)
+        return before
 
 
-def _mode_to_keep(parent: int, name: str, location: Location) -> int | None:
-    """The mode of the file the write replaces (None: there is none), once it is known to
-    be one the tools may replace."""
+def _open_replaced(parent: int, name: str, location: Location) -> tuple[int, os.stat_result] | None:
+    """The file a write to ``name`` in ``parent`` replaces, open for reading, and its fstat
+    (None: there is none), once it is known to be one the tools may replace.
+
+    Opened beneath ``parent`` (the directory the rename happens in) with ``O_PATH`` and
+    no link followed, then reopened for reading as the same inode: its before-image and
+    mode are those of the very file the rename replaces, and a FIFO or device is never
+    opened for I/O."""
     try:
-        st = os.stat(name, dir_fd=parent, follow_symlinks=False)
+        handle = open_beneath(parent, (name,), os.O_PATH)
     except FileNotFoundError:
         return None
-    if stat.S_ISLNK(st.st_mode):
-        raise symlink_refusal(location, location.rel, os.readlink(name, dir_fd=parent))
-    _refuse_unless_single_file(location, st)
-    # Permission bits only: a set-uid bit a sandboxed process put on its own file must not
-    # end up on the file the daemon (perhaps root) writes in its place.
-    return stat.S_IMODE(st.st_mode) & 0o777
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EXDEV):
+            raise PermissionDenied(
+                f"{location.rel!r} went through a symlink while shellward opened it"
+                " (something is renaming files in the workspace right now): file tools"
+                " follow no symlink. Nothing was written; retry once nothing else changes"
+                " that directory."
+            ) from exc
+        raise
+    with closing_fd(handle):
+        st = os.fstat(handle)
+        if stat.S_ISLNK(st.st_mode):  # O_PATH | O_NOFOLLOW opens a final symlink itself
+            raise symlink_refusal(location, location.rel, os.readlink(name, dir_fd=parent))
+        _refuse_unless_single_file(location, st)
+        return _reopen(handle), st
+
+
+def _keep_before_image(fd: int, st: os.stat_result, location: Location, blobs: BlobStore) -> str:
+    """Keep the content at ``fd`` in ``blobs``; its hash. Refuses (nothing written) when it
+    cannot be kept, or changed while it was copied (the copy would not be what is replaced)."""
+    try:
+        digest = HASH_PREFIX + blobs.put_fd(fd, location.rel)
+    except BlobError as exc:
+        raise Unavailable(
+            f"{location.rel!r} was not written: shellward keeps the content a write replaces"
+            f" so the write can be undone, and {exc}. Nothing was written; the operator must"
+            " fix the daemon's state directory, then retry."
+        ) from exc
+    if _stamp(os.fstat(fd)) != _stamp(st):
+        raise Unavailable(
+            f"{location.rel!r} changed while shellward kept its old content (something else"
+            " writes it right now). Nothing was written: wait until it has finished, read"
+            " the file again and redo the edit."
+        )
+    return digest
 
 
 def _replace(parent: int, name: str, content: bytes, mode: int | None) -> None:

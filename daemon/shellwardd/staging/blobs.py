@@ -19,7 +19,11 @@ Choices, and why
   holds copies of the user's files); on the workspace's file system when the state dir is,
   so storing a before-image is a copy within one device.
 - **Never follows a link.** The source is opened with ``O_NOFOLLOW``: a symlink's
-  before-image is its target, recorded in the effect itself, never a blob.
+  before-image is its target, recorded in the effect itself, never a blob. A caller that
+  must not resolve a path by name at all (the file tools) opens the file itself and hands
+  over its descriptor (:meth:`BlobStore.put_fd`).
+- **One place.** The store lives at :func:`store_path` of the state dir; the stager, the
+  file tools and undo all open it there.
 
 Retention, size bounds and garbage collection belong to undo, which reads these blobs.
 """
@@ -27,12 +31,13 @@ Retention, size bounds and garbage collection belong to undo, which reads these 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import re
 import secrets
 import stat
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -40,6 +45,11 @@ _CHUNK = 1 << 20
 # fsyncs in flight at once: enough for the file system to commit them together.
 _SYNC_THREADS = 16
 _HEX = re.compile(r"[0-9a-f]{64}")
+
+
+def store_path(state_dir: Path) -> Path:
+    """Where the daemon whose state directory is ``state_dir`` keeps its before-images."""
+    return state_dir / "blobs"
 
 
 class BlobError(Exception):
@@ -70,18 +80,29 @@ class BlobStore:
         """Store a copy of the regular file ``path``; return its SHA-256 hex digest."""
         return self.put_files([path])[0]
 
+    def put_fd(self, source: int, name: str) -> str:
+        """Store a copy of the regular file open for reading at ``source`` (from where its
+        offset is; ``name`` for messages); return its SHA-256 hex digest.
+
+        For a caller that opened the file itself (the file tools, beneath the workspace's
+        descriptor): the store never resolves a workspace path by name."""
+        return self._store([(name, functools.partial(self._copy_fd, source, name))])[0]
+
     def put_files(self, paths: Sequence[Path]) -> list[str]:
         """Store a copy of each regular file in ``paths``; their SHA-256 hex digests, in
         order. Every blob is durable when this returns (see "Synced as a batch")."""
-        if not paths:
-            return []
-        temps: list[tuple[Path, str, Path]] = []  # (temporary file, digest, source)
+        return self._store([(str(path), functools.partial(self._copy, path)) for path in paths])
+
+    def _store(self, copies: Sequence[tuple[str, Callable[[], tuple[Path, str]]]]) -> list[str]:
+        """Make each copy (a source's name, and what copies it to a temporary file), then
+        sync them all, name them, and sync the names."""
+        temps: list[tuple[Path, str, str]] = []  # (temporary file, digest, source's name)
         try:
-            for path in paths:
-                temps.append((*self._copy(path), path))
+            for name, copy in copies:
+                temps.append((*copy(), name))
             self._fsync_all([temp for temp, _, _ in temps])  # every copy, then any name
             named: set[Path] = set()
-            for temp, hexdigest, path in temps:
+            for temp, hexdigest, name in temps:
                 final = self.path_of(hexdigest)
                 named.add(final.parent)  # a name found (kept before a crash?) is synced too
                 if final.is_file():
@@ -90,11 +111,11 @@ class BlobStore:
                     final.parent.mkdir(mode=0o700, exist_ok=True)
                     os.rename(temp, final)
                 except OSError as exc:
-                    raise _error(path, self.root, exc) from exc
+                    raise _error(name, self.root, exc) from exc
             self._fsync_all(sorted(named))  # the names
         finally:
             for temp, _, _ in temps:
-                with contextlib.suppress(FileNotFoundError):
+                with contextlib.suppress(FileNotFoundError, NotADirectoryError):
                     os.unlink(temp)
         return [hexdigest for _, hexdigest, _ in temps]
 
@@ -113,17 +134,23 @@ class BlobStore:
             ) from exc
 
     def _copy(self, path: Path) -> tuple[Path, str]:
-        """Copy ``path`` to a new temporary file of the store, not yet synced; the file
-        and the digest of the bytes copied."""
         try:
             source = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
         except OSError as exc:
             raise BlobError(f"cannot read {path} to keep its before-image: {exc.strerror}") from exc
+        try:
+            return self._copy_fd(source, str(path))
+        finally:
+            os.close(source)
+
+    def _copy_fd(self, source: int, name: str) -> tuple[Path, str]:
+        """Copy the regular file at ``source`` to a new temporary file of the store, not
+        yet synced; the file and the digest of the bytes copied."""
         temp = self.root / f".tmp-{secrets.token_hex(8)}"
         digest = hashlib.sha256()
         try:
             if not stat.S_ISREG(os.fstat(source).st_mode):
-                raise BlobError(f"{path} is not a regular file; only files have before-images")
+                raise BlobError(f"{name} is not a regular file; only files have before-images")
             target = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
             try:
                 while chunk := os.read(source, _CHUNK):
@@ -132,17 +159,17 @@ class BlobStore:
             finally:
                 os.close(target)
         except OSError as exc:
-            with contextlib.suppress(FileNotFoundError):
+            # Gone already, or never made (a store that is not a directory any more
+            # raises ENOTDIR here too); the error that matters is this one.
+            with contextlib.suppress(FileNotFoundError, NotADirectoryError):
                 os.unlink(temp)
-            raise _error(path, self.root, exc) from exc
-        finally:
-            os.close(source)
+            raise _error(name, self.root, exc) from exc
         return temp, digest.hexdigest()
 
 
-def _error(path: Path, root: Path, exc: OSError) -> BlobError:
+def _error(name: str, root: Path, exc: OSError) -> BlobError:
     return BlobError(
-        f"cannot keep the before-image of {path} in {root}: {exc.strerror}; "
+        f"cannot keep the before-image of {name} in {root}: {exc.strerror}; "
         "free space there or check the state directory's permissions"
     )
 

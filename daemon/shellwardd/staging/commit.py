@@ -5,8 +5,9 @@ Choices, and why
   with its before hash in the workspace now (and refuses a path whose parent has become a
   symlink or a file); any difference is a conflict and nothing is applied. Then the
   before-image of every file about to be modified or deleted goes into the blob store
-  (:mod:`.blobs`), its digest checked once more against the before hash. Only then is the
-  upper layer applied.
+  (:mod:`.blobs`), its digest checked once more against the before hash, and its
+  permission bits into its effect (``before_mode``: a blob is shared by content, a mode
+  belongs to one file). Only then is the upper layer applied.
 - **A rename per file where it can.** The upper is in the state dir; on the workspace's
   file system a staged file is renamed into place (atomic for each file, mode and content
   as the command left them); across file systems it is copied to a temporary name in the
@@ -32,6 +33,7 @@ import secrets
 import shutil
 import stat
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from shellward.types import EffectKind, FileEffect
@@ -45,7 +47,7 @@ from shellwardd.filetools._beneath import (
 )
 from shellwardd.watch.hashing import DIR_HASH, HASH_PREFIX, content_hash
 
-from .blobs import BlobStore
+from .blobs import BlobError, BlobStore
 from .upper import OPAQUE_XATTRS, entries
 
 
@@ -77,8 +79,9 @@ def conflicts(workspace: Path, effects: Sequence[FileEffect]) -> list[str]:
 
 def keep_before_images(
     workspace: Path, effects: Sequence[FileEffect], blobs: BlobStore
-) -> list[str]:
-    """Store the before-image of every file the commit will modify or delete; the paths
+) -> tuple[tuple[FileEffect, ...], list[str]]:
+    """Store the before-image of every file the commit will modify or delete; the effects
+    with the permission bits each such file has (``before_mode``, for undo), and the paths
     whose content no longer is the before hash (a conflict after all)."""
     kept = [
         (effect.renamed_from if effect.kind is EffectKind.RENAMED else effect.path, effect)
@@ -87,11 +90,25 @@ def keep_before_images(
         if effect.before_hash.startswith(HASH_PREFIX)
     ]
     digests = blobs.put_files([workspace / path for path, _ in kept])
-    return [
+    changed = [
         f"{path}: changed while the commit began"
         for (path, effect), digest in zip(kept, digests, strict=True)
         if HASH_PREFIX + digest != effect.before_hash
     ]
+    modes: dict[str, int] = {}
+    for path, effect in kept:
+        # In the commit's exclusive window, after conflicts() found no link on the way:
+        # the file just copied. Permission bits only (never set-uid, set-gid or sticky).
+        try:
+            mode = os.stat(workspace / path, follow_symlinks=False).st_mode
+        except OSError as exc:
+            raise BlobError(f"cannot read the mode of {path}: {exc.strerror}") from exc
+        modes[effect.path] = stat.S_IMODE(mode) & 0o777
+    with_modes = tuple(
+        replace(effect, before_mode=modes[effect.path]) if effect.path in modes else effect
+        for effect in effects
+    )
+    return with_modes, changed
 
 
 def apply(upper: Path, workspace: Path, owner: tuple[int, int] | None) -> int:

@@ -126,7 +126,7 @@ class Stager:
             found = conflicts(workspace, effects)
             if not found:
                 try:
-                    found = keep_before_images(workspace, effects, self._blobs)
+                    effects, found = keep_before_images(workspace, effects, self._blobs)
                 except BlobError as exc:
                     return _refused(final, str(exc), keep=dirs.root)
             if found:

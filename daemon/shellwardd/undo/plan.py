@@ -57,6 +57,8 @@ class UndoStep:
     before: str = ""
     # UNRENAME: where the file goes back to.
     source: str = ""
+    # WRITE of a blob: the permission bits the file had (0: not recorded).
+    mode: int = 0
 
 
 @dataclass(frozen=True)
@@ -217,12 +219,12 @@ def _steps(effects: Sequence[FileEffect]) -> list[UndoStep]:
     gone = sorted((e.path for e in deleted if _is_dir(e)), key=_depth)
     steps += [UndoStep(StepKind.MAKE_DIR, path) for path in gone]
     steps += [
-        UndoStep(StepKind.WRITE, e.path, before=e.before_hash)
+        UndoStep(StepKind.WRITE, e.path, before=e.before_hash, mode=e.before_mode)
         for e in (*modified, *deleted)
         if not _is_dir(e) and e.before_hash
     ]
     steps += [
-        UndoStep(StepKind.WRITE, e.renamed_from, before=e.before_hash)
+        UndoStep(StepKind.WRITE, e.renamed_from, before=e.before_hash, mode=e.before_mode)
         for e in renamed
         if e.before_hash and e.before_hash != e.after_hash
     ]

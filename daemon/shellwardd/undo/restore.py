@@ -12,9 +12,10 @@ Choices, and why
   effect's before hash is renamed into place (a blob altered since the plan read it is
   refused, the temporary file removed). A rename replaces a symlink swapped in at the name
   itself and never writes through it.
-- **Permission bits.** A file whose content is put back keeps the permission bits of the
-  file it replaces (never set-uid, set-gid or sticky); a file that was deleted comes back
-  0644 less the umask, as the blob store does not keep modes.
+- **Permission bits.** A file whose content is put back gets the bits its effect recorded
+  (``before_mode``: a staged commit records them with the before-image); without them, it
+  keeps the bits of the file it replaces, or comes back 0644 less the umask where none is.
+  Never set-uid, set-gid or sticky.
 """
 
 from __future__ import annotations
@@ -84,17 +85,19 @@ def _apply(root: int, step: UndoStep, blobs: BlobStore) -> None:
         elif step.kind is StepKind.REMOVE_DIR:
             os.rmdir(name, dir_fd=parent)
         else:
-            _put_back(parent, name, step.before, blobs)
+            _put_back(parent, name, step, blobs)
         os.fsync(parent)
 
 
-def _put_back(parent: int, name: str, before: str, blobs: BlobStore) -> None:
+def _put_back(parent: int, name: str, step: UndoStep, blobs: BlobStore) -> None:
     temp = f".{name[:200]}.{secrets.token_hex(4)}{TEMP_SUFFIX}"
+    before = step.before
     try:
         if before.startswith(LINK_PREFIX):
             os.symlink(before.removeprefix(LINK_PREFIX), temp, dir_fd=parent)
         else:
-            _copy_blob(parent, temp, before, blobs, _mode_to_keep(parent, name))
+            mode = step.mode & 0o777 or _mode_to_keep(parent, name)
+            _copy_blob(parent, temp, before, blobs, mode)
         os.replace(temp, name, src_dir_fd=parent, dst_dir_fd=parent)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
