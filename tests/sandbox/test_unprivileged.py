@@ -59,8 +59,11 @@ def user_daemon(user: pwd.struct_passwd) -> Iterator[tuple[Client, Path]]:
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=workspace,
     )  # fmt: skip
     assert process.stdout is not None
-    banner = process.stdout.readline()
-    assert "listening on" in banner, banner + process.stdout.read()
+    # Start-up log lines (JSON, on the merged stderr) may come before the banner.
+    seen = []
+    while (line := process.stdout.readline()) and "listening on" not in line:
+        seen.append(line)
+    assert "listening on" in line, "".join(seen)
     client = Client(socket)
     yield client, workspace
     client.close()
