@@ -1,15 +1,16 @@
 """What the daemon adds to a sandboxed `true`: RunCommand through the client vs a bare spawn.
 
 Both sides run the same sandbox (the daemon's own Sandbox.run: profile, seccomp filter,
-call cgroup, idmapped workspace as root), interleaved in one process so that machine noise
-hits both alike. A third side is the minimal profile a user would script by hand (ro root,
+call cgroup, idmapped workspace as root, and the call's staged overlay, made and removed
+around each call: bench/bare.py), interleaved in one process so that machine noise hits
+both alike. A third side is the minimal profile a user would script by hand (ro root,
 rw workspace, private /tmp, unshare-all), spawned with subprocess. ``--baseline DIR`` adds
 a second daemon run from another tree's daemon/ and client/ (e.g. a ``git archive`` of the
 commit before a change), interleaved too: a before/after in one run. Also prints a
 breakdown: an empty gRPC round trip, the three ledger commits of a call, and the
 classification.
 
-    python bench/overhead.py [--runs 300] [--baseline DIR]
+    python bench/overhead.py [--runs 300] [--warmup 20] [--baseline DIR]
 
 Target: median ratio daemon / bare ≤ 1.3.
 """
@@ -22,7 +23,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -31,11 +31,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.bare import BareSandbox  # noqa: E402
 from shellward.types import CallStatus, Idempotency, LedgerEntry, ReplayPolicy  # noqa: E402
 from shellwardd.classifier import Classifier, load_rules  # noqa: E402
-from shellwardd.config import Limits  # noqa: E402
 from shellwardd.ledger import SqliteLedger  # noqa: E402
-from shellwardd.sandbox import Sandbox, SandboxSpec  # noqa: E402
 from tests.helpers import start_daemon  # noqa: E402
 
 
@@ -54,6 +53,7 @@ def _time(action: Callable[[], object]) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=300)
+    parser.add_argument("--warmup", type=int, default=20, help="untimed runs of each side")
     parser.add_argument("--baseline", type=Path, help="a tree whose daemon/ to compare with")
     args = parser.parse_args()
 
@@ -73,16 +73,8 @@ def main() -> int:
             "--bind", str(workspace), str(workspace), "--unshare-all", "--die-with-parent",
             "--chdir", str(workspace), "--", "/bin/bash", "-c", "true",
         ]  # fmt: skip
-        sandbox = Sandbox()
-        sandbox.check()
-        spec = SandboxSpec(
-            "true", workspace, workspace, {}, False, 60.0, Limits(), 1 << 20,
-            hidden=(base / "state", base),
-        )  # fmt: skip
-
-        def bare() -> None:
-            outcome = sandbox.run(spec, lambda chunk: None, threading.Event())
-            assert outcome.exit_code == 0, outcome.sandbox_error
+        bare_sandbox = BareSandbox(base, workspace)
+        bare = bare_sandbox.run
 
         ledger = SqliteLedger(base / "bench-ledger.sqlite3")
         classifier = Classifier(load_rules())
@@ -92,7 +84,7 @@ def main() -> int:
 
         try:
             with daemon.client() as client, (baseline or daemon).client() as old:
-                for _ in range(20):  # warm up every path
+                for _ in range(args.warmup):  # warm up every path
                     client.run_command("true", cwd=workspace)
                     old.run_command("true", cwd=workspace)
                     bare()
@@ -115,7 +107,7 @@ def main() -> int:
             if baseline:
                 baseline.stop()
             ledger.close()
-            sandbox.close()
+            bare_sandbox.close()
 
     d_med, d_p95 = _ms(daemon_s)
     b_med, b_p95 = _ms(bare_s)

@@ -1,5 +1,6 @@
 """Throughput: concurrent clients running `true` through one daemon, against bare spawns of
-the same sandbox profile (the daemon's own Sandbox.run) at the same concurrency.
+the same sandbox profile (the daemon's own Sandbox.run, each call staged in an overlay of its
+own: bench/bare.py) at the same concurrency.
 
 Rounds alternate daemon / bare in one process, so that machine noise hits both alike; each
 round prints calls per second and the latency median and p99 of one call.
@@ -23,8 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from shellwardd.config import Limits  # noqa: E402
-from shellwardd.sandbox import Sandbox, SandboxSpec  # noqa: E402
+from bench.bare import BareSandbox  # noqa: E402
 from tests.helpers import start_daemon  # noqa: E402
 
 
@@ -78,12 +78,7 @@ def main() -> int:
         workspace = base / "ws"
         workspace.mkdir()
         daemon = start_daemon(base / "s.sock", base / "state", workspace)
-        sandbox = Sandbox()
-        sandbox.check()
-        spec = SandboxSpec(
-            "true", workspace, workspace, {}, False, 60.0, Limits(), 1 << 20,
-            hidden=(base / "state", base),
-        )  # fmt: skip
+        bare_sandbox = BareSandbox(base, workspace)
 
         def through_daemon() -> Callable[[], None]:
             client = daemon.client()
@@ -95,11 +90,7 @@ def main() -> int:
             return call
 
         def bare() -> Callable[[], None]:
-            def call() -> None:
-                outcome = sandbox.run(spec, lambda chunk: None, threading.Event())
-                assert outcome.exit_code == 0, outcome.sandbox_error
-
-            return call
+            return bare_sandbox.run
 
         rates: dict[str, list[float]] = {"daemon": [], "bare": []}
         try:
@@ -112,7 +103,7 @@ def main() -> int:
                     print(f"round {number + 1} {name:6s} {_summary(rate, latencies)}")
         finally:
             daemon.stop()
-            sandbox.close()
+            bare_sandbox.close()
 
     ratio = statistics.median(rates["daemon"]) / statistics.median(rates["bare"])
     print(f"{args.clients} clients: daemon / bare rate = {ratio:.2f}   (target >= 0.70)")

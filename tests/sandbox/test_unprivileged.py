@@ -157,5 +157,8 @@ def test_staged_writes_commit_and_leave_nothing_behind(user_daemon: tuple[Client
     assert not (workspace / "old.txt").exists()
     staging = workspace.parent / "state" / "staging"
     assert not staging.exists() or list(staging.iterdir()) == []
+    # Removed off the call's path, but removed: mode-000 work dir and all.
+    trash = workspace.parent / "state" / "staging.discarded"
+    wait_for(lambda: not trash.exists() or list(trash.iterdir()) == [])
     controls = {c.control: c.state for c in client.status().containment}
     assert "in a user namespace" in controls["workspace writes"]

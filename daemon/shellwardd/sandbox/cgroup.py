@@ -169,15 +169,22 @@ def _kill(path: Path) -> None:
 
 
 def _rmdir(path: Path) -> None:
-    """Remove a killed cgroup; one still busy after 2 s is left to the next start-up's reap."""
-    for _ in range(200):
+    """Remove a killed cgroup; one still busy after 2 s is left to the next start-up's reap.
+
+    Its last processes usually finish exiting within a millisecond of the kill: the wait
+    between tries starts at 0.25 ms and doubles up to 10 ms (a fixed 10 ms cost every
+    call whose first try came too early 10 ms, a quarter of an empty call)."""
+    deadline = time.monotonic() + 2.0
+    pause = 0.00025
+    while True:
         try:
             path.rmdir()
             return
         except OSError as exc:
-            if exc.errno != errno.EBUSY:
+            if exc.errno != errno.EBUSY or time.monotonic() >= deadline:
                 return
-            time.sleep(0.01)
+        time.sleep(pause)
+        pause = min(pause * 2, 0.01)
 
 
 def _read(path: Path) -> str:

@@ -10,13 +10,21 @@ Choices, and why
   must reach the mount point: a root daemon's is under its 0711 views directory, another
   daemon's in the call's staging directory.
 - **Kept for a human on conflict**, removed otherwise once committed or discarded.
+- **Removed off the call's path.** Removing a used overlay's directories took 3-7 ms a
+  call on a busy machine (each ``rmdir`` of them waits in the kernel), more than a call's
+  own Python work. A discard renames the call's directory into ``<root>.discarded`` (one
+  ``rename``, ~0.1 ms: the call's name is free and its files unreachable at once), and one
+  thread per daemon removes what is there; the first discard also removes what a stopped
+  daemon left there.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import shutil
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -102,8 +110,18 @@ class StagingArea:
         return self.root / call_id
 
     def discard(self, dirs: StagedDirs) -> None:
-        """Remove a call's staged writes and its mount point."""
-        self.discard_path(dirs.root)
+        """Remove a call's staged writes and its mount point (the writes are moved out of
+        the way now and removed in the background; see the module docstring)."""
+        trash = self.root.with_name(f"{self.root.name}.discarded")
+        try:
+            trash.mkdir(mode=0o700, exist_ok=True)
+            os.rename(dirs.root, trash / dirs.root.name)
+        except FileNotFoundError:
+            pass  # nothing staged (a create that failed early)
+        except OSError:
+            self.discard_path(dirs.root)  # removed here, then
+        else:
+            _REMOVER.remove_within(trash)
         if dirs.mountpoint.parent != dirs.root:
             with contextlib.suppress(OSError):
                 dirs.mountpoint.rmdir()
@@ -115,3 +133,32 @@ class StagingArea:
             os.chmod(root / "work" / "work", 0o700)
         # rmtree never follows a symlink out of the tree it removes.
         shutil.rmtree(root, ignore_errors=True)
+
+
+class _Remover:
+    """One thread that empties trash directories, started with the first one."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[Path] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def remove_within(self, trash: Path) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="staging-remover", daemon=True
+                )
+                self._thread.start()
+        self._queue.put(trash)
+
+    def _run(self) -> None:
+        while True:
+            trash = self._queue.get()
+            # Every entry in the trash, not only the one queued: a stopped daemon's too.
+            with contextlib.suppress(OSError), os.scandir(trash) as entries:
+                for entry in entries:
+                    StagingArea.discard_path(Path(entry.path))
+
+
+_REMOVER = _Remover()
