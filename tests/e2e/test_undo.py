@@ -15,7 +15,7 @@ import pytest
 
 from shellward import Client, Code
 from shellward._exceptions import PermissionDenied, ShellwardError
-from shellwardd.staging.blobs import BlobStore
+from shellwardd.staging.blobs import BlobStore, store_path
 from tests.helpers import Daemon, start_daemon
 
 
@@ -38,7 +38,7 @@ def client(daemon: Daemon) -> Iterator[Client]:
 
 def _store(daemon: Daemon) -> BlobStore:
     """The daemon's store of before-images (the staged commit fills it)."""
-    return BlobStore(daemon.state_dir / "blobs")
+    return BlobStore(store_path(daemon.state_dir))
 
 
 def _image(daemon: Daemon, content: bytes) -> Path:
