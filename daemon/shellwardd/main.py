@@ -133,6 +133,7 @@ class Daemon:
             hidden=config.hidden,
             git_writable=config.git_writable,
             sandbox_uid=config.sandbox_uid,
+            overlay=config.overlay,
             state_dir=config.state_dir,
             resolver=system_resolver(dict(config.pinned_hosts)),
         )
