@@ -7,11 +7,12 @@ compare (the daemon is started from PYTHONPATH):
         [--overlay auto|kernel|fuse|both]
 
 Prints the median and p95 wall time of RunCommand for: an empty call (`true`), a call that
-writes 100 files, `cp -r` of a 2,000-file tree; then the throughput of `--clients` clients
-each running a small writing command (`echo $RANDOM > out-<n>.txt`) `--per-client` times
-in one workspace, and the median latency of `true` while they run. ``--overlay`` is the
-daemon's (``both``: one daemon on each, its own copy of the workspace, the calls of each case
-in turns so that both see the same load; each line ends with the overlay it measured).
+writes 100 files, `cp -r` of a 2,000-file tree, `grep -r` of it (reads only); then the
+throughput of `--clients` clients each running a small writing command (`echo $RANDOM >
+out-<n>.txt`) `--per-client` times in one workspace, and the median latency of `true`
+while they run. ``--overlay`` is the daemon's (``both``: one daemon on each, its own copy
+of the workspace, the calls of each case in turns so that both see the same load; each line
+ends with the overlay it measured).
 
 First it prints the daemon's post-processing of a staged call, in process (no daemon, no
 command): from the command's exit to its result, for a call that created ``--files`` small
@@ -182,6 +183,8 @@ def _per_call(clients: dict[str, Client], daemons: dict[str, Daemon], runs: int)
         # A new name each run: fuse-overlayfs 1.10 fails to re-create, under a directory it
         # removed, a name the lower layer holds ("File exists"; docs/performance.md).
         "cp -r of 2,000 files": "cp -r tree copy-{run}",
+        # Reads only: every open and read of the lower crosses fuse-overlayfs.
+        "grep -r of 2,000 files": "grep -rc 1 tree > /dev/null",
     }
     for name, command in cases.items():
         samples: dict[str, list[float]] = {overlay: [] for overlay in clients}
