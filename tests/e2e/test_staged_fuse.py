@@ -7,13 +7,14 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from shellward import Client, EffectKind
-from tests.helpers import Daemon, start_daemon
+from tests.helpers import Daemon, start_daemon, unique_sleep
 
 pytestmark = pytest.mark.skipif(
     shutil.which("fuse-overlayfs") is None or not os.access("/dev/fuse", os.R_OK | os.W_OK),
@@ -105,19 +106,72 @@ def test_the_command_has_no_capability_and_cannot_reach_the_overlay_process(
 def test_nothing_of_the_overlay_outlives_its_call(
     client: Client, staged: Daemon, workspace: Path
 ) -> None:
-    for n in range(3):
-        assert client.run_command(f"echo {n} > f{n}", cwd=workspace).ok
-    staging = str(staged.state_dir / "staging")
+    results = [client.run_command(f"echo {n} > f{n}", cwd=workspace) for n in range(3)]
+    assert all(result.ok for result in results)
+    calls = [result.call_id for result in results]
+    assert _survivors(staged.state_dir / "staging", calls) == ([], [])
+
+
+def test_a_timed_out_call_leaves_no_overlay_process(
+    client: Client, staged: Daemon, workspace: Path
+) -> None:
+    result = client.run_command(f"echo x > f && {unique_sleep(60)}", cwd=workspace, timeout=1)
+    assert not result.ok
+    assert _survivors(staged.state_dir / "staging", [result.call_id]) == ([], [])
+
+
+def _survivors(staging: Path, calls: list[str]) -> tuple[list[str], list[str]]:
+    """Processes whose argv names ``staging`` (a fuse-overlayfs), and processes whose mount
+    namespace still holds one of the calls' overlays (mounted on ``call-<id>``, or naming
+    ``staging`` in its options)."""
+    marks = [str(staging), *(f"/call-{call}" for call in calls)]
     survivors, mounts = [], []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
-            if staging in (proc / "cmdline").read_text():
+            if str(staging) in (proc / "cmdline").read_text():
                 survivors.append(proc.name)
-            if staging in (proc / "mountinfo").read_text():
+            mountinfo = (proc / "mountinfo").read_text()
+            if any(mark in mountinfo for mark in marks):
                 mounts.append(proc.name)
         except OSError:
             continue  # ended while we looked
-    assert survivors == []
-    assert mounts == []
+    return survivors, mounts
+
+
+@pytest.fixture
+def overlay_state_dir(tmp_path: Path) -> Iterator[Path]:
+    """A state directory on an overlayfs mount: the kernel refuses it as an upper layer."""
+    layers = tmp_path / "layers"
+    for name in ("lower", "upper", "work", "merged"):
+        (layers / name).mkdir(parents=True)
+    options = f"lowerdir={layers}/lower,upperdir={layers}/upper,workdir={layers}/work"
+    subprocess.run(
+        ["mount", "-t", "overlay", "shellward-test", "-o", options, str(layers / "merged")],
+        check=True,
+    )
+    yield layers / "merged" / "state"
+    subprocess.run(["umount", "-l", str(layers / "merged")], check=False)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts an overlayfs for the state directory")
+def test_auto_falls_back_to_fuse_where_the_kernel_refuses(
+    tmp_path: Path, workspace: Path, overlay_state_dir: Path
+) -> None:
+    socket = tmp_path / "run" / "shellward.sock"
+    with pytest.raises(RuntimeError, match="kernel overlayfs in the call's mount namespace"):
+        start_daemon(socket, overlay_state_dir, workspace, "--overlay", "kernel")
+    daemon = start_daemon(socket, overlay_state_dir, workspace)  # --overlay auto
+    try:
+        with daemon.client() as client:
+            controls = {c.control: c.state for c in client.status().containment}
+            assert controls["workspace writes"].startswith("staged: fuse-overlayfs ")
+            result = client.run_command("echo staged > out.txt", cwd=workspace)
+            assert result.ok, result.content
+            assert [(e.path, e.kind) for e in result.file_effects] == [
+                ("out.txt", EffectKind.CREATED)
+            ]
+        assert (workspace / "out.txt").read_text() == "staged\n"
+    finally:
+        daemon.stop()

@@ -20,7 +20,8 @@ The profile is :mod:`.profile`'s; this module starts it and ends it. Choices, an
   the mount's making nor, in its pid namespace, the fuse-overlayfs daemon. That daemon
   outlives the mount step by design: it is in the call's cgroup, which is killed when the
   call ends, and the mount namespace (and the mount) goes with it. Without a cgroup per call
-  nothing would end it, so fuse is refused there.
+  only the removal of the mount point (which detaches the mount in the call's namespace,
+  and so ends fuse-overlayfs) would, later and less surely: fuse is refused there.
 """
 
 from __future__ import annotations
