@@ -296,12 +296,12 @@ class Sandbox:
             if self._fuse_overlayfs is None:
                 return "fuse-overlayfs is not installed (apt-get install fuse-overlayfs)"
             if self._cgroups is None:
-                # Its daemon would hold the call's mount namespace, and itself, forever.
+                # Nothing but the mount point's removal, later, would end its daemon.
                 return (
                     "fuse-overlayfs needs a cgroup per call to end it with the call, and "
                     "the daemon may create none here"
                 )
-        self._overlay_in_force = overlay
+        self._overlay_in_force = overlay  # what run() mounts
         try:
             dirs = area.create(f"probe-{os.getpid()}", _PROBE, self.sandbox_owner)
         except StagingError as exc:
