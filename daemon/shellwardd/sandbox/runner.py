@@ -388,6 +388,11 @@ class Sandbox:
         return f"staged: {what}, mounted {where}; committed after the command exits"
 
     @property
+    def overlay_in_force(self) -> str:
+        """The overlay staged calls mount (``OVERLAYS``), chosen by :meth:`check`."""
+        return self._overlay_in_force
+
+    @property
     def mount_root(self) -> Path | None:
         """Where a root daemon mounts calls' overlays (reachable by the sandbox user)."""
         return self._views.root if self._as_root else None

@@ -82,8 +82,12 @@ class StagedDirs:
 class StagingArea:
     """The per-call staging directories under ``root`` (``<state>/staging``)."""
 
-    def __init__(self, root: Path, mount_root: Path | None = None) -> None:
+    def __init__(
+        self, root: Path, mount_root: Path | None = None, fuse_markers: bool = False
+    ) -> None:
         self.root = root
+        # Whether fuse-overlayfs makes the uppers (its .wh. markers are then read as such).
+        self.fuse_markers = fuse_markers
         # None: each call's mount point is in its own staging directory.
         self._mount_root = mount_root
 

@@ -111,14 +111,16 @@ def keep_before_images(
     return with_modes, changed
 
 
-def apply(upper: Path, workspace: Path, owner: tuple[int, int] | None) -> int:
+def apply(
+    upper: Path, workspace: Path, owner: tuple[int, int] | None, fuse_markers: bool = False
+) -> int:
     """Move what ``upper`` holds into ``workspace``; returns how many paths it applied.
 
     ``owner``: who staged files must belong to (a root daemon's workspace owner), None to
     leave them as they are."""
     applied = 0
     with closing_fd(open_root(workspace)) as root:
-        for entry in list(entries(upper)):
+        for entry in list(entries(upper, fuse_markers)):
             parts = entry.path.split("/")
             source = upper / entry.stored
             if entry.kind == "whiteout":

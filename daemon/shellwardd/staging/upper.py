@@ -19,9 +19,10 @@ Choices, and why
   (``trusted.overlay.opaque``, else ``user.fuseoverlayfs.opaque``) *and* a file
   ``.wh..wh..opq``, and that marker comes with a whiteout of its own name (``.wh..opq``).
   fuse-overlayfs refuses every name that starts with ``.wh.`` to the command, so such a
-  name in an upper is always one of its markers. Under kernel overlayfs a command may
-  write one: it is then read as fuse-overlayfs would (``.wh.NAME`` deletes NAME), and the
-  commit applies exactly what the effects say.
+  name in its upper is always one of its markers. These markers are read only from an
+  upper fuse-overlayfs made (``fuse_markers``): under kernel overlayfs a command may write
+  such a name itself, and reading it as a marker would let ``.git/.wh.config`` delete a
+  file the sandbox holds read-only; there it is a file like any other.
 - **Anything else fails closed.** A device node, FIFO or socket in the upper (a command
   has no business leaving one in a workspace, and a device node would give the next
   reader the device) raises :class:`UpperRefused`: nothing is committed.
@@ -78,7 +79,7 @@ class Entry:
     stored: str
 
 
-def entries(upper: Path) -> Iterator[Entry]:
+def entries(upper: Path, fuse_markers: bool = False) -> Iterator[Entry]:
     """Every entry of the upper layer, parents before children; UpperRefused on a device
     node, FIFO or socket."""
     stack = [""]
@@ -88,10 +89,12 @@ def entries(upper: Path) -> Iterator[Entry]:
             for item in sorted(listing, key=lambda e: e.name):
                 path = f"{directory}/{item.name}" if directory else item.name
                 st = item.stat(follow_symlinks=False)
-                if item.name == OPAQUE_MARKER and stat.S_ISREG(st.st_mode):
+                if fuse_markers and item.name == OPAQUE_MARKER and stat.S_ISREG(st.st_mode):
                     continue  # read with its directory (is_opaque)
-                if item.name.startswith(WHITEOUT_PREFIX) and (
-                    stat.S_ISREG(st.st_mode) or _is_whiteout(st)
+                if (
+                    fuse_markers
+                    and item.name.startswith(WHITEOUT_PREFIX)
+                    and (stat.S_ISREG(st.st_mode) or _is_whiteout(st))
                 ):
                     hidden = item.name.removeprefix(WHITEOUT_PREFIX)
                     yield Entry(f"{directory}/{hidden}" if directory else hidden, "whiteout", path)
@@ -100,7 +103,8 @@ def entries(upper: Path) -> Iterator[Entry]:
                 elif _is_whiteout(st):
                     yield Entry(path, "whiteout", path)
                 elif stat.S_ISDIR(st.st_mode):
-                    yield Entry(path, "opaque-dir" if is_opaque(item.path) else "dir", path)
+                    opaque = is_opaque(item.path, fuse_markers)
+                    yield Entry(path, "opaque-dir" if opaque else "dir", path)
                     stack.append(path)
                 else:
                     raise UpperRefused(
@@ -113,8 +117,8 @@ def _is_whiteout(st: os.stat_result) -> bool:
     return stat.S_ISCHR(st.st_mode) and st.st_rdev == 0
 
 
-def is_opaque(path: str | Path) -> bool:
-    if os.path.isfile(os.path.join(path, OPAQUE_MARKER)):
+def is_opaque(path: str | Path, fuse_markers: bool = False) -> bool:
+    if fuse_markers and os.path.isfile(os.path.join(path, OPAQUE_MARKER)):
         return True
     for name in OPAQUE_XATTRS:
         try:
@@ -126,8 +130,11 @@ def is_opaque(path: str | Path) -> bool:
     return False
 
 
-def staged_effects(upper: Path, workspace: Path, before: Before) -> list[FileEffect]:
-    """The call's effects: its upper layer against the workspace as it began."""
+def staged_effects(
+    upper: Path, workspace: Path, before: Before, fuse_markers: bool = False
+) -> list[FileEffect]:
+    """The call's effects: its upper layer against the workspace as it began
+    (``fuse_markers``: fuse-overlayfs made the upper)."""
     states: dict[str, tuple[IndexEntry | None, IndexEntry | None]] = {}
     created_dirs: dict[str, int] = {}
     removed_dirs: dict[str, int] = {}
@@ -139,7 +146,7 @@ def staged_effects(upper: Path, workspace: Path, before: Before) -> list[FileEff
                 states.setdefault(path, (before.file(path), None))
 
     git: dict[str, EffectKind] = {}
-    for entry in entries(upper):
+    for entry in entries(upper, fuse_markers):
         kind = before.kind(entry.path)
         if kind is PathKind.GIT:
             # As the write detector reports them: one effect per .git directory.
