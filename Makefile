@@ -49,7 +49,8 @@ lint: install
 
 install: system-deps $(STAMP)
 
-# bubblewrap (the sandbox), util-linux (prlimit, setpriv, unshare), gcc (the red-team
+# bubblewrap (the sandbox), util-linux (prlimit, setpriv, unshare), fuse-overlayfs (staged
+# writes where the kernel's overlayfs cannot be mounted: --overlay), gcc (the red-team
 # tests build a preload library), python3-venv and postgresql (the fleet tests start a
 # throw-away server: tests/postgres.py), the system's python3 (the network relay inside the
 # sandbox), curl and openssl (the network tests' client and certificate) come from Debian
@@ -59,6 +60,7 @@ system-deps:
 	command -v bwrap >/dev/null 2>&1 || missing="$$missing bubblewrap"; \
 	command -v prlimit >/dev/null 2>&1 || missing="$$missing util-linux"; \
 	command -v setpriv >/dev/null 2>&1 || missing="$$missing util-linux"; \
+	command -v fuse-overlayfs >/dev/null 2>&1 || missing="$$missing fuse-overlayfs"; \
 	command -v gcc >/dev/null 2>&1 || missing="$$missing gcc"; \
 	$(PYTHON) -c 'import ensurepip, venv' >/dev/null 2>&1 || missing="$$missing python3-venv"; \
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \

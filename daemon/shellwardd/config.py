@@ -118,6 +118,9 @@ class Config:
     git_writable: bool = False
     # The unprivileged host uid/gid a root daemon runs its sandboxes as.
     sandbox_uid: int = 65534
+    # How staged writes are mounted: "auto" (kernel overlayfs if it works here, else
+    # fuse-overlayfs), "kernel" or "fuse".
+    overlay: str = "auto"
     # The ledger's URL (sqlite:///path or postgresql://…); "" is the state dir's SQLite file.
     ledger: str = ""
     # This daemon's name in a fleet: the calls it records are the ones it holds the
@@ -358,6 +361,12 @@ _OPTIONS = (
         "Let commands write .git/hooks and .git/config (read-only by default: a hook or "
         "core.fsmonitor written there runs later, outside the sandbox).",
         switch=True,
+    ),
+    _Option(
+        "--overlay",
+        "SHELLWARD_OVERLAY",
+        "auto, kernel or fuse: what mounts the overlay that stages each command's writes "
+        "(auto, the default: kernel overlayfs if it works here, else fuse-overlayfs).",
     ),
     _Option(
         "--sandbox-uid",
@@ -612,6 +621,7 @@ def _validate(values: dict[str, object]) -> Config:
         hidden=_hidden(values),
         git_writable=bool(values.get("git_writable")),
         sandbox_uid=_sandbox_uid(values),
+        overlay=_choice(values, "overlay", ("auto", "kernel", "fuse")),
         ledger=str(values.get("ledger") or ""),  # its scheme is checked when it opens
         daemon_id=str(values.get("daemon_id") or ""),
         lease_seconds=_positive(values, "lease_seconds", 30.0),

@@ -133,6 +133,7 @@ class Daemon:
             hidden=config.hidden,
             git_writable=config.git_writable,
             sandbox_uid=config.sandbox_uid,
+            overlay=config.overlay,
             state_dir=config.state_dir,
             resolver=system_resolver(dict(config.pinned_hosts)),
         )
@@ -180,7 +181,11 @@ class Daemon:
         self.stager: Stager | None = None
         if self.sandbox.stages:
             self.stager = Stager(
-                StagingArea(config.state_dir / "staging", self.sandbox.mount_root),
+                StagingArea(
+                    config.state_dir / "staging",
+                    self.sandbox.mount_root,
+                    fuse_markers=self.sandbox.overlay_in_force == "fuse",
+                ),
                 BlobStore(store_path(config.state_dir)),
                 self.ledger,
                 self.sandbox.sandbox_owner,

@@ -91,3 +91,12 @@ def test_git_switch_and_sandbox_uid(tmp_path: Path) -> None:
     assert load_config([*base, "--sandbox-uid", "4242"], env={}).sandbox_uid == 4242
     with pytest.raises(ConfigError, match="not root"):
         load_config([*base, "--sandbox-uid", "0"], env={})
+
+
+def test_overlay_choice(tmp_path: Path) -> None:
+    base = ["--workspace", str(tmp_path)]
+    assert load_config(base, env={}).overlay == "auto"
+    assert load_config([*base, "--overlay", "fuse"], env={}).overlay == "fuse"
+    assert load_config(base, env={"SHELLWARD_OVERLAY": "kernel"}).overlay == "kernel"
+    with pytest.raises(ConfigError, match="auto, kernel or fuse"):
+        load_config([*base, "--overlay", "aufs"], env={})

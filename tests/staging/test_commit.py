@@ -135,3 +135,62 @@ def test_a_device_node_fails_closed(layers: tuple[Path, Path]) -> None:
     os.mknod(upper / "disk", stat.S_IFBLK | 0o600, os.makedev(8, 0))
     with pytest.raises(UpperRefused, match="disk"):
         staged_effects(upper, workspace, _Before(workspace))
+
+
+def test_fuse_overlayfs_markers_without_devices(layers: tuple[Path, Path]) -> None:
+    # fuse-overlayfs on a file system where it cannot make a device: whiteouts are
+    # ".wh.NAME" files, an opaque directory holds ".wh..wh..opq" (and its own xattr).
+    workspace, upper = layers
+    before = _Before(workspace)
+    (upper / ".wh.gone.txt").write_text("")
+    (upper / ".wh.old-name.txt").write_text("")
+    (upper / "new-name.txt").write_text("moved\n")
+    (upper / "tree").mkdir()
+    (upper / "tree" / ".wh..wh..opq").write_text("")
+    _whiteout(upper / "tree" / ".wh..opq")  # the marker's own whiteout, as it leaves it
+    (upper / "tree" / "c").write_text("c\n")
+    effects = {e.path: e for e in staged_effects(upper, workspace, before, fuse_markers=True)}
+    assert {p: e.kind for p, e in effects.items()} == {
+        "gone.txt": EffectKind.DELETED,
+        "new-name.txt": EffectKind.RENAMED,
+        "tree/a": EffectKind.DELETED,
+        "tree/b": EffectKind.DELETED,
+        "tree/c": EffectKind.CREATED,
+    }
+    apply(upper, workspace, None, fuse_markers=True)
+    assert sorted(str(p.relative_to(workspace)) for p in workspace.rglob("*")) == [
+        "keep.txt", "mod.txt", "new-name.txt", "tree", "tree/c",
+    ]  # fmt: skip
+    (workspace / "tree" / "d").write_text("d\n")
+    apply(
+        upper, workspace, None, fuse_markers=True
+    )  # again (a crash after the first): nothing removed
+    assert sorted(p.name for p in (workspace / "tree").iterdir()) == ["c", "d"]
+
+
+def test_fuse_overlayfs_opaque_xattr(layers: tuple[Path, Path]) -> None:
+    workspace, upper = layers
+    before = _Before(workspace)
+    (upper / "tree").mkdir()
+    os.setxattr(upper / "tree", "user.fuseoverlayfs.opaque", b"y")
+    effects = {e.path: e.kind for e in staged_effects(upper, workspace, before)}
+    assert effects == {"tree/a": EffectKind.DELETED, "tree/b": EffectKind.DELETED}
+
+
+def test_marker_names_from_a_kernel_overlay_are_plain_files(layers: tuple[Path, Path]) -> None:
+    """Under kernel overlayfs a command may name a file ".wh.NAME" or ".wh..wh..opq": read
+    as fuse-overlayfs markers, ".git/.wh.config" would delete a file the sandbox holds
+    read-only. They are files the command created, and deleted nothing."""
+    workspace, upper = layers
+    before = _Before(workspace)
+    (upper / ".wh.keep.txt").write_text("")
+    (upper / "tree").mkdir()
+    (upper / "tree" / ".wh..wh..opq").write_text("")
+    effects = {e.path: e.kind for e in staged_effects(upper, workspace, before)}
+    assert effects == {
+        ".wh.keep.txt": EffectKind.CREATED,
+        "tree/.wh..wh..opq": EffectKind.CREATED,
+    }
+    apply(upper, workspace, None)
+    assert (workspace / "keep.txt").exists() and (workspace / ".wh.keep.txt").exists()
+    assert sorted(p.name for p in (workspace / "tree").iterdir()) == [".wh..wh..opq", "a", "b"]

@@ -14,6 +14,14 @@ The profile is :mod:`.profile`'s; this module starts it and ends it. Choices, an
   reason its cgroup is killed and removed.
 - **rlimits** are applied with ``prlimit`` before bwrap starts so that the whole tree
   inherits them; without cgroups they are the only process and memory bound.
+- **Staged writes: kernel overlayfs, else fuse-overlayfs** (``--overlay``; auto takes the
+  first whose start-up probe mounts). Both are mounted in the call's own mount namespace
+  before setpriv and bwrap, so the command holds no capability either way and sees neither
+  the mount's making nor, in its pid namespace, the fuse-overlayfs daemon. That daemon
+  outlives the mount step by design: it is in the call's cgroup, which is killed when the
+  call ends, and the mount namespace (and the mount) goes with it. Without a cgroup per call
+  only the removal of the mount point (which detaches the mount in the call's namespace,
+  and so ends fuse-overlayfs) would, later and less surely: fuse is refused there.
 """
 
 from __future__ import annotations
@@ -74,6 +82,16 @@ _JOIN_AND_EXEC = (
 # Run by /bin/sh, as root of the call's new mount namespace, as
 # "shellward-overlay OPTIONS MOUNTPOINT COMMAND...": mount the call's overlay, then exec.
 _MOUNT_AND_EXEC = 'mount -t overlay shellward -o "$1" "$2" || exit 125; shift 2; exec "$@"'
+# The same with fuse-overlayfs, as "shellward-fuse FUSE_OVERLAYFS OPTIONS MOUNTPOINT
+# COMMAND...". It stays behind as a daemon (in the call's cgroup, which ends it with the
+# call); its messages are kept for a failure only: a warning it prints on every mount
+# ("unknown argument ignored") is not the command's output.
+_FUSE_AND_EXEC = (
+    'err=$("$1" -o "$2" "$3" 2>&1) || { echo "fuse-overlayfs: $err" >&2; exit 125; }; '
+    'shift 3; exec "$@"'
+)
+# What --overlay may name (auto tries them in this order).
+OVERLAYS = ("kernel", "fuse")
 
 
 @dataclass(frozen=True)
@@ -163,6 +181,7 @@ class Sandbox:
         hidden: Sequence[str] = DEFAULT_HIDDEN,
         git_writable: bool = False,
         sandbox_uid: int = 65534,
+        overlay: str = "auto",
         state_dir: Path | None = None,
         resolver: Resolver | None = None,
     ) -> None:
@@ -176,6 +195,10 @@ class Sandbox:
         self._env = shutil.which("env") or "/usr/bin/env"
         self._unshare = shutil.which("unshare")
         self._mount = shutil.which("mount")
+        self._fuse_overlayfs = shutil.which("fuse-overlayfs")
+        # Which overlays check() may choose, and the one it chose.
+        self._overlays = OVERLAYS if overlay == "auto" else (overlay,)
+        self._overlay_in_force = self._overlays[0]
         self._bwrap = shutil.which("bwrap") if enabled else None
         self._as_root = enabled and os.geteuid() == 0
         self._identity = (
@@ -249,14 +272,40 @@ class Sandbox:
         self.detail = f"{version} at {self._bwrap}"
 
     def _check_overlay(self) -> None:
-        """Fail closed unless a staged call can mount its overlay here."""
+        """Choose the first overlay (``--overlay``) a staged call can mount here; fail
+        closed, naming every cause, if none can."""
         if self._staging is None:
             return
-        area = StagingArea(self._staging, self.mount_root)
+        causes = []
+        for overlay in self._overlays:
+            cause = self._probe_overlay(overlay, StagingArea(self._staging, self.mount_root))
+            if not cause:
+                self._overlay_in_force = overlay
+                return
+            causes.append(cause)
+        raise SandboxUnavailable(
+            "cannot mount the overlay that stages each command's writes: "
+            + "; ".join(causes)
+            + ". Choose another --state-dir or --overlay, or use --no-sandbox only if you "
+            "accept no isolation."
+        )
+
+    def _probe_overlay(self, overlay: str, area: StagingArea) -> str:
+        """Why a staged call cannot mount ``overlay`` here ("" if it can)."""
+        if overlay == "fuse":
+            if self._fuse_overlayfs is None:
+                return "fuse-overlayfs is not installed (apt-get install fuse-overlayfs)"
+            if self._cgroups is None:
+                # Nothing but the mount point's removal, later, would end its daemon.
+                return (
+                    "fuse-overlayfs needs a cgroup per call to end it with the call, and "
+                    "the daemon may create none here"
+                )
+        self._overlay_in_force = overlay  # what run() mounts
         try:
             dirs = area.create(f"probe-{os.getpid()}", _PROBE, self.sandbox_owner)
         except StagingError as exc:
-            raise SandboxUnavailable(str(exc)) from None
+            return str(exc)
         try:
             probe = self.run(
                 SandboxSpec("true", _PROBE, _PROBE, {}, None, 30.0, Limits(), 4096, staged=dirs),
@@ -265,14 +314,16 @@ class Sandbox:
             )
         finally:
             area.discard(dirs)
-        if not probe.started or probe.exit_code != 0:
-            raise SandboxUnavailable(
-                "cannot mount the overlay that stages each command's writes (kernel overlayfs "
-                f"in the call's mount namespace): {probe.sandbox_error or probe.stderr.text}. "
-                "It needs Linux 5.11+ with overlayfs, and a state directory on a file system "
-                "overlayfs accepts as an upper layer (not overlayfs or NFS); choose another "
-                "--state-dir, or use --no-sandbox only if you accept no isolation."
-            )
+        if probe.started and probe.exit_code == 0:
+            return ""
+        error = (probe.sandbox_error or probe.stderr.text).strip()
+        if overlay == "fuse":
+            return f"fuse-overlayfs in the call's mount namespace failed: {error}"
+        return (
+            f"kernel overlayfs in the call's mount namespace failed: {error} (it needs Linux "
+            "5.11+ with overlayfs, and a state directory on a file system overlayfs accepts "
+            "as an upper layer, not overlayfs or NFS)"
+        )
 
     def containment(self, limits: Limits) -> tuple[ContainmentControl, ...]:
         """What is in force, control by control (for ``shellward status``)."""
@@ -328,10 +379,18 @@ class Sandbox:
         """How a command's writes reach the workspace (``shellward status``)."""
         if not self.enabled:
             return "direct (no sandbox)"
-        where = "as root" if self._as_root else "in a user namespace (userxattr)"
-        return (
-            f"staged: kernel overlayfs per call, mounted {where}; committed after the command exits"
-        )
+        if self._overlay_in_force == "fuse":
+            where = "as root" if self._as_root else "in a user namespace"
+            what = f"fuse-overlayfs ({self._fuse_overlayfs}) per call, ended with it"
+        else:
+            where = "as root" if self._as_root else "in a user namespace (userxattr)"
+            what = "kernel overlayfs per call"
+        return f"staged: {what}, mounted {where}; committed after the command exits"
+
+    @property
+    def overlay_in_force(self) -> str:
+        """The overlay staged calls mount (``OVERLAYS``), chosen by :meth:`check`."""
+        return self._overlay_in_force
 
     @property
     def mount_root(self) -> Path | None:
@@ -388,15 +447,21 @@ class Sandbox:
             raise SandboxUnavailable(
                 "unshare or mount (util-linux) is missing; install util-linux to stage writes"
             )
-        try:
-            options = spec.staged.options(lower, userxattr=not self._as_root)
-        except StagingError as exc:
-            raise SandboxUnavailable(str(exc)) from None
         unshare = [self._unshare, "--mount", "--propagation", "private"]
         if not self._as_root:
             unshare[1:1] = ["--user", "--map-root-user"]
+        mountpoint = str(spec.staged.mountpoint)
+        try:
+            if self._overlay_in_force == "fuse":
+                assert self._fuse_overlayfs is not None  # checked by _probe_overlay
+                options = spec.staged.fuse_options(lower)
+                return [*unshare, "--", "/bin/sh", "-c", _FUSE_AND_EXEC, "shellward-fuse",
+                        self._fuse_overlayfs, options, mountpoint]  # fmt: skip
+            options = spec.staged.options(lower, userxattr=not self._as_root)
+        except StagingError as exc:
+            raise SandboxUnavailable(str(exc)) from None
         return [*unshare, "--", "/bin/sh", "-c", _MOUNT_AND_EXEC, "shellward-overlay",
-                options, str(spec.staged.mountpoint)]  # fmt: skip
+                options, mountpoint]  # fmt: skip
 
     def _profile(self, spec: SandboxSpec, egress: CallEgress | None) -> tuple[list[str], Path]:
         """The bwrap profile, and the directory the workspace's view comes from."""

@@ -49,12 +49,7 @@ class StagedDirs:
 
     def options(self, lower: Path, *, userxattr: bool) -> str:
         """The overlay mount options (``userxattr``: mounted in a user namespace)."""
-        for path in (lower, self.upper, self.work):
-            if any(ch in str(path) for ch in _UNSAFE):
-                raise StagingError(
-                    f"{path} holds a character overlay options cannot carry (, : \\ or a "
-                    "newline); rename it or choose another --state-dir"
-                )
+        self._check(lower)
         # metacopy off: every staged file holds its whole content (commit moves it alone);
         # no redirects: a directory rename is a copy, so the upper is plain files. (In a
         # user namespace the kernel accepts only "nofollow", which creates none either.)
@@ -65,12 +60,34 @@ class StagedDirs:
         )
         return f"{options},userxattr" if userxattr else options
 
+    def fuse_options(self, lower: Path) -> str:
+        """fuse-overlayfs's options: the same layers; other users (the sandbox's) may use
+        the mount, with the kernel checking permissions as for any file system; no set-uid
+        program and no device node works through it."""
+        self._check(lower)
+        return (
+            f"lowerdir={lower},upperdir={self.upper},workdir={self.work},"
+            "allow_other,default_permissions,nosuid,nodev"
+        )
+
+    def _check(self, lower: Path) -> None:
+        for path in (lower, self.upper, self.work):
+            if any(ch in str(path) for ch in _UNSAFE):
+                raise StagingError(
+                    f"{path} holds a character overlay options cannot carry (, : \\ or a "
+                    "newline); rename it or choose another --state-dir"
+                )
+
 
 class StagingArea:
     """The per-call staging directories under ``root`` (``<state>/staging``)."""
 
-    def __init__(self, root: Path, mount_root: Path | None = None) -> None:
+    def __init__(
+        self, root: Path, mount_root: Path | None = None, fuse_markers: bool = False
+    ) -> None:
         self.root = root
+        # Whether fuse-overlayfs makes the uppers (its .wh. markers are then read as such).
+        self.fuse_markers = fuse_markers
         # None: each call's mount point is in its own staging directory.
         self._mount_root = mount_root
 

@@ -48,7 +48,7 @@ from shellwardd.filetools._beneath import (
 from shellwardd.watch.hashing import DIR_HASH, HASH_PREFIX, content_hash
 
 from .blobs import BlobError, BlobStore
-from .upper import OPAQUE_XATTRS, entries
+from .upper import OPAQUE_MARKER, OPAQUE_XATTRS, entries
 
 
 def conflicts(workspace: Path, effects: Sequence[FileEffect]) -> list[str]:
@@ -111,16 +111,18 @@ def keep_before_images(
     return with_modes, changed
 
 
-def apply(upper: Path, workspace: Path, owner: tuple[int, int] | None) -> int:
+def apply(
+    upper: Path, workspace: Path, owner: tuple[int, int] | None, fuse_markers: bool = False
+) -> int:
     """Move what ``upper`` holds into ``workspace``; returns how many paths it applied.
 
     ``owner``: who staged files must belong to (a root daemon's workspace owner), None to
     leave them as they are."""
     applied = 0
     with closing_fd(open_root(workspace)) as root:
-        for entry in list(entries(upper)):
+        for entry in list(entries(upper, fuse_markers)):
             parts = entry.path.split("/")
-            source = upper / entry.path
+            source = upper / entry.stored
             if entry.kind == "whiteout":
                 with closing_fd(_parent(root, parts)) as parent:
                     _remove(parent, parts[-1])
@@ -178,6 +180,7 @@ def _make_dir(
             for name in OPAQUE_XATTRS:
                 with contextlib.suppress(OSError):
                     os.removexattr(source, name, follow_symlinks=False)
+            (source / OPAQUE_MARKER).unlink(missing_ok=True)  # fuse-overlayfs's marker
         if st is None:
             os.chmod(directory, stat.S_IMODE(os.lstat(source).st_mode))
             if owner is not None:

@@ -86,7 +86,9 @@ class Stager:
             self.area.discard(dirs)
             return None
         try:
-            effects = tuple(staged_effects(dirs.upper, Path(final.workspace), view))
+            effects = tuple(
+                staged_effects(dirs.upper, Path(final.workspace), view, self.area.fuse_markers)
+            )
         except (UpperRefused, OSError):
             self.area.discard(dirs)
             return None
@@ -114,7 +116,7 @@ class Stager:
         try:
             if effects is None:
                 assert view is not None
-                effects = tuple(staged_effects(dirs.upper, workspace, view))
+                effects = tuple(staged_effects(dirs.upper, workspace, view, self.area.fuse_markers))
         except (UpperRefused, OSError) as exc:
             self.area.discard(dirs)
             return _refused(final, str(exc))
@@ -137,7 +139,9 @@ class Stager:
             journal = json.dumps({"staged": str(dirs.root), "status": final.status.value})
             self._ledger.begin_commit(committed, journal, f"{len(effects)} effect(s) staged")
             _pause_for_tests()
-            applied = apply(dirs.upper, workspace, self._owner_of(workspace))
+            applied = apply(
+                dirs.upper, workspace, self._owner_of(workspace), self.area.fuse_markers
+            )
             self._ledger.transition(
                 final.call_id, CallStatus.COMMITTING, CallStatus.COMMITTED,
                 f"applied {applied} path(s)",
@@ -182,7 +186,9 @@ class Stager:
             status = CallStatus(record.get("status", CallStatus.UNCERTAIN.value))
             workspace = Path(entry.workspace)
             if entry.status is CallStatus.COMMITTING and (staged / "upper").is_dir():
-                applied = apply(staged / "upper", workspace, self._owner_of(workspace))
+                applied = apply(
+                    staged / "upper", workspace, self._owner_of(workspace), self.area.fuse_markers
+                )
                 self._ledger.transition(
                     entry.call_id, CallStatus.COMMITTING, CallStatus.COMMITTED,
                     f"applied {applied} remaining path(s) at start-up",

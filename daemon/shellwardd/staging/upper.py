@@ -14,6 +14,15 @@ Choices, and why
   (``trusted.overlay.opaque`` or, mounted in a user namespace, ``user.overlay.opaque``);
   a renamed file is a new copy plus a whiteout, paired back into one RENAMED effect by
   content; a renamed directory is a copy plus a whiteout, reported as such.
+- **What fuse-overlayfs writes** is read the same way. Its whiteouts are character devices
+  0/0 too when it may make one, else a file ``.wh.NAME``; an opaque directory has its xattr
+  (``trusted.overlay.opaque``, else ``user.fuseoverlayfs.opaque``) *and* a file
+  ``.wh..wh..opq``, and that marker comes with a whiteout of its own name (``.wh..opq``).
+  fuse-overlayfs refuses every name that starts with ``.wh.`` to the command, so such a
+  name in its upper is always one of its markers. These markers are read only from an
+  upper fuse-overlayfs made (``fuse_markers``): under kernel overlayfs a command may write
+  such a name itself, and reading it as a marker would let ``.git/.wh.config`` delete a
+  file the sandbox holds read-only; there it is a file like any other.
 - **Anything else fails closed.** A device node, FIFO or socket in the upper (a command
   has no business leaving one in a workspace, and a device node would give the next
   reader the device) raises :class:`UpperRefused`: nothing is committed.
@@ -37,7 +46,11 @@ from shellwardd.watch.effects import diff, dir_effects
 from shellwardd.watch.hashing import IndexEntry, probe
 from shellwardd.watch.paths import PathKind, git_marker
 
-OPAQUE_XATTRS = ("trusted.overlay.opaque", "user.overlay.opaque")
+OPAQUE_XATTRS = ("trusted.overlay.opaque", "user.overlay.opaque", "user.fuseoverlayfs.opaque")
+# fuse-overlayfs's markers: a whiteout of NAME is ``.wh.NAME`` where it cannot make a
+# device; an opaque directory holds ``.wh..wh..opq``.
+WHITEOUT_PREFIX = ".wh."
+OPAQUE_MARKER = ".wh..wh..opq"
 
 
 class UpperRefused(Exception):
@@ -62,9 +75,11 @@ class Entry:
 
     path: str  # relative to the workspace, "/"-separated
     kind: str  # "file", "whiteout", "dir", "opaque-dir"
+    # Where it is in the upper ("/"-separated): ``path`` but for a ``.wh.NAME`` whiteout.
+    stored: str
 
 
-def entries(upper: Path) -> Iterator[Entry]:
+def entries(upper: Path, fuse_markers: bool = False) -> Iterator[Entry]:
     """Every entry of the upper layer, parents before children; UpperRefused on a device
     node, FIFO or socket."""
     stack = [""]
@@ -74,12 +89,22 @@ def entries(upper: Path) -> Iterator[Entry]:
             for item in sorted(listing, key=lambda e: e.name):
                 path = f"{directory}/{item.name}" if directory else item.name
                 st = item.stat(follow_symlinks=False)
-                if stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
-                    yield Entry(path, "file")
-                elif stat.S_ISCHR(st.st_mode) and st.st_rdev == 0:
-                    yield Entry(path, "whiteout")
+                if fuse_markers and item.name == OPAQUE_MARKER and stat.S_ISREG(st.st_mode):
+                    continue  # read with its directory (is_opaque)
+                if (
+                    fuse_markers
+                    and item.name.startswith(WHITEOUT_PREFIX)
+                    and (stat.S_ISREG(st.st_mode) or _is_whiteout(st))
+                ):
+                    hidden = item.name.removeprefix(WHITEOUT_PREFIX)
+                    yield Entry(f"{directory}/{hidden}" if directory else hidden, "whiteout", path)
+                elif stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
+                    yield Entry(path, "file", path)
+                elif _is_whiteout(st):
+                    yield Entry(path, "whiteout", path)
                 elif stat.S_ISDIR(st.st_mode):
-                    yield Entry(path, "opaque-dir" if is_opaque(item.path) else "dir")
+                    opaque = is_opaque(item.path, fuse_markers)
+                    yield Entry(path, "opaque-dir" if opaque else "dir", path)
                     stack.append(path)
                 else:
                     raise UpperRefused(
@@ -88,7 +113,13 @@ def entries(upper: Path) -> Iterator[Entry]:
                     )
 
 
-def is_opaque(path: str | Path) -> bool:
+def _is_whiteout(st: os.stat_result) -> bool:
+    return stat.S_ISCHR(st.st_mode) and st.st_rdev == 0
+
+
+def is_opaque(path: str | Path, fuse_markers: bool = False) -> bool:
+    if fuse_markers and os.path.isfile(os.path.join(path, OPAQUE_MARKER)):
+        return True
     for name in OPAQUE_XATTRS:
         try:
             if os.getxattr(path, name, follow_symlinks=False) == b"y":
@@ -99,8 +130,11 @@ def is_opaque(path: str | Path) -> bool:
     return False
 
 
-def staged_effects(upper: Path, workspace: Path, before: Before) -> list[FileEffect]:
-    """The call's effects: its upper layer against the workspace as it began."""
+def staged_effects(
+    upper: Path, workspace: Path, before: Before, fuse_markers: bool = False
+) -> list[FileEffect]:
+    """The call's effects: its upper layer against the workspace as it began
+    (``fuse_markers``: fuse-overlayfs made the upper)."""
     states: dict[str, tuple[IndexEntry | None, IndexEntry | None]] = {}
     created_dirs: dict[str, int] = {}
     removed_dirs: dict[str, int] = {}
@@ -112,7 +146,7 @@ def staged_effects(upper: Path, workspace: Path, before: Before) -> list[FileEff
                 states.setdefault(path, (before.file(path), None))
 
     git: dict[str, EffectKind] = {}
-    for entry in entries(upper):
+    for entry in entries(upper, fuse_markers):
         kind = before.kind(entry.path)
         if kind is PathKind.GIT:
             # As the write detector reports them: one effect per .git directory.
