@@ -135,14 +135,23 @@ def test_loopback_is_refused_by_default(
     assert "loopback" in outcome.network_effects[1].refused
 
 
+def _connect_directly(port: int) -> str:
+    """A command that prints "connected" if bash or Python reaches the host's 127.0.0.1:port
+    without the proxy."""
+    return (
+        f"exec 3<>/dev/tcp/127.0.0.1/{port} && echo connected; "
+        f"python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}), 3)' "
+        "&& echo connected"
+    )
+
+
 def test_without_network_nothing_is_reachable(
     sandbox: Sandbox, workspace: Path, listener: tuple[int, list[object]]
 ) -> None:
     port, accepted = listener
     command = (
-        f"exec 3<>/dev/tcp/127.0.0.1/{port} && echo connected; "
-        f"python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}), 3)' "
-        "&& echo connected; test -e /dev/shellward-egress.sock && echo socket; env | grep -i proxy"
+        _connect_directly(port)
+        + "; test -e /dev/shellward-egress.sock && echo socket; env | grep -i proxy"
     )
     outcome = run(sandbox, workspace, command, None)
     assert b"connected" not in outcome.stdout.data and b"socket" not in outcome.stdout.data
@@ -156,11 +165,7 @@ def test_with_network_only_the_proxy_leads_out(
     # Even with the operator naming loopback, a direct socket reaches the sandbox's own
     # loopback, not the host's: the namespace is the call's own.
     port, accepted = listener
-    command = (
-        f"exec 3<>/dev/tcp/127.0.0.1/{port} && echo connected; "
-        f"python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}), 3)' "
-        "&& echo connected; true"
-    )
+    command = _connect_directly(port)
     outcome = run(sandbox, workspace, command, OPERATOR)
     assert b"connected" not in outcome.stdout.data
     assert accepted == []

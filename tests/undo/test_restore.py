@@ -15,6 +15,7 @@ from shellward.types import EffectKind, FileEffect
 from shellwardd.errors import PermissionDenied, StateError
 from shellwardd.staging.blobs import BlobStore
 from shellwardd.undo import plan_undo, restore
+from shellwardd.undo.plan import UndoPlan
 
 
 def _sha(data: bytes) -> str:
@@ -32,15 +33,21 @@ def _keep(store: BlobStore, tmp_path: Path, data: bytes) -> None:
     store.put_file(image)
 
 
+def _modified(tmp_path: Path, store: BlobStore, rel: str) -> tuple[Path, UndoPlan]:
+    """A workspace where a call changed ``rel`` from "before" to "after", its before-image
+    kept, and the undo planned (checked) for it."""
+    workspace = tmp_path / "ws"
+    (workspace / rel).parent.mkdir(parents=True, exist_ok=True)
+    (workspace / rel).write_bytes(b"after\n")
+    _keep(store, tmp_path, b"before\n")
+    effect = FileEffect(rel, EffectKind.MODIFIED, _sha(b"before\n"), _sha(b"after\n"))
+    return workspace, plan_undo("c1", workspace, [effect], store)
+
+
 def test_a_symlink_swapped_in_after_the_check_stops_the_restore(
     tmp_path: Path, store: BlobStore
 ) -> None:
-    workspace = tmp_path / "ws"
-    (workspace / "d").mkdir(parents=True)
-    (workspace / "d" / "f.txt").write_bytes(b"after\n")
-    _keep(store, tmp_path, b"before\n")
-    effect = FileEffect("d/f.txt", EffectKind.MODIFIED, _sha(b"before\n"), _sha(b"after\n"))
-    plan = plan_undo("c1", workspace, [effect], store)
+    workspace, plan = _modified(tmp_path, store, "d/f.txt")
     # Between the check and the write: d becomes a link to a directory outside.
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -56,12 +63,7 @@ def test_a_symlink_swapped_in_after_the_check_stops_the_restore(
 def test_a_link_swapped_in_at_the_file_itself_is_replaced_not_followed(
     tmp_path: Path, store: BlobStore
 ) -> None:
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    (workspace / "f.txt").write_bytes(b"after\n")
-    _keep(store, tmp_path, b"before\n")
-    effect = FileEffect("f.txt", EffectKind.MODIFIED, _sha(b"before\n"), _sha(b"after\n"))
-    plan = plan_undo("c1", workspace, [effect], store)
+    workspace, plan = _modified(tmp_path, store, "f.txt")
     target = tmp_path / "target.txt"
     target.write_bytes(b"not yours\n")
     (workspace / "f.txt").unlink()
@@ -75,12 +77,7 @@ def test_a_link_swapped_in_at_the_file_itself_is_replaced_not_followed(
 def test_an_image_altered_after_the_check_is_not_put_in_place(
     tmp_path: Path, store: BlobStore
 ) -> None:
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    (workspace / "f.txt").write_bytes(b"after\n")
-    _keep(store, tmp_path, b"before\n")
-    effect = FileEffect("f.txt", EffectKind.MODIFIED, _sha(b"before\n"), _sha(b"after\n"))
-    plan = plan_undo("c1", workspace, [effect], store)
+    workspace, plan = _modified(tmp_path, store, "f.txt")
     blob = store.path_of(_sha(b"before\n"))
     os.chmod(blob, 0o600)
     blob.write_bytes(b"evil\n")
