@@ -35,6 +35,7 @@ from shellwardd.config import Limits  # noqa: E402
 from shellwardd.egress.policy import EgressPolicy  # noqa: E402
 from shellwardd.egress.proxy import EgressProxy, system_resolver  # noqa: E402
 from shellwardd.sandbox import Sandbox, SandboxSpec  # noqa: E402
+from tests.helpers import self_signed_certificate  # noqa: E402
 
 NAME = "bench.test"
 CHUNK = b"x" * (1 << 20)
@@ -142,13 +143,7 @@ def main() -> int:
 
     workspace = Path(tempfile.mkdtemp(prefix="shellward-bench-net-"))
     workspace.chmod(0o777)
-    cert, key = workspace / "cert.pem", workspace / "key.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-subj", f"/CN={NAME}", "-addext", f"subjectAltName=DNS:{NAME},IP:127.0.0.1",
-         "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True,
-    )  # fmt: skip
+    cert, key = self_signed_certificate(workspace, NAME)
     cert.chmod(0o644)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(str(cert), str(key))

@@ -105,3 +105,15 @@ def host_processes(cmdline: str) -> list[Path]:
         except OSError:
             continue
     return found
+
+
+def self_signed_certificate(where: Path, name: str) -> tuple[Path, Path]:
+    """A self-signed certificate (and its key) in ``where`` for ``name`` and 127.0.0.1."""
+    cert, key = where / "cert.pem", where / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", f"/CN={name}", "-addext", f"subjectAltName=DNS:{name},IP:127.0.0.1",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return cert, key

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import http.server
 import ssl
-import subprocess
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import self_signed_certificate
 
 NAME = "svc.test"
 
@@ -63,15 +64,7 @@ def _serve(context: ssl.SSLContext | None) -> Iterator[Server]:
 @pytest.fixture(scope="session")
 def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """A self-signed certificate for svc.test (and 127.0.0.1)."""
-    where = tmp_path_factory.mktemp("tls")
-    cert, key = where / "cert.pem", where / "key.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-subj", f"/CN={NAME}", "-addext", f"subjectAltName=DNS:{NAME},IP:127.0.0.1",
-         "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    return cert, key
+    return self_signed_certificate(tmp_path_factory.mktemp("tls"), NAME)
 
 
 @pytest.fixture
