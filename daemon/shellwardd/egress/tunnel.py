@@ -47,17 +47,20 @@ _PIPE_SIZE = 1 << 20
 async def copy_both_ways(
     client: socket.socket, upstream: socket.socket, first: bytes, counts: list[int]
 ) -> None:
-    """Copy until the server is done, adding to counts [to upstream, from it]. The sockets
-    stay the caller's (to close); nothing else may read or write them meanwhile."""
+    """Copy until both ways have ended (each end's half-close passed on to the other), or
+    the call ends (cancelled), adding to counts [to upstream, from it]. The sockets stay the
+    caller's (to close); nothing else may read or write them meanwhile."""
     loop = asyncio.get_running_loop()
     for sock in (client, upstream):
         sock.setblocking(True)  # the threads block in the kernel, not the loop
     upward = _start(loop, client, upstream, first, counts, 0)
     downward = _start(loop, upstream, client, b"", counts, 1)
     try:
-        await asyncio.shield(downward)
+        # Not the server's end alone: a server that half-closes first (it has sent all)
+        # must still receive all the client sends after that.
+        await asyncio.shield(asyncio.gather(upward, downward))
     finally:
-        # The server is done, or the call ended: stop both ways now.
+        # Both ways are done, or the call ended: stop both now.
         for sock in (client, upstream):
             _shut(sock)
         await asyncio.wait({upward, downward})
