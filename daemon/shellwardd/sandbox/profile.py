@@ -103,8 +103,8 @@ class HiddenEntries:
         """The entries that exist now (globs expanded)."""
         found: list[Path] = []
         for pattern, is_glob in self.entries:
-            if is_glob:  # ``*`` matches a leading dot too, as pathlib's glob did
-                matches = sorted(glob.glob(pattern, include_hidden=True))
+            if is_glob:  # as pathlib's glob: ``*`` matches a leading dot, ``**`` any depth
+                matches = sorted(glob.glob(pattern, recursive=True, include_hidden=True))
             else:
                 matches = [pattern] if os.path.lexists(pattern) else []
             for path in matches:
