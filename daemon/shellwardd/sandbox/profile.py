@@ -14,7 +14,9 @@ Choices, and why:
   seccomp filter of :mod:`.seccomp`.
 - **Hidden paths** are covered with an empty tmpfs (directories) or ``/dev/null`` (files).
   A root daemon's sandbox runs as an unprivileged uid, so a path it could not reach
-  anyway (under ``/root``) needs no cover, and bwrap could not mount over it.
+  anyway (under ``/root``) needs no cover, and bwrap could not mount over it. Which of
+  them exist is looked up at every call (:class:`HiddenEntries`): a secret made while the
+  daemon runs is hidden from the next call.
 - **``.git/hooks`` and ``.git/config``** are bound read-only over themselves unless the
   operator allows writes: what a command writes there would run later, outside. ``.git``
   itself is bound over itself (read-write): a mount point cannot be renamed, so the
