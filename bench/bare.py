@@ -1,10 +1,16 @@
 """The daemon's sandbox profile spawned bare from Python: what a daemon call is compared with.
 
-A daemon call runs in ``Sandbox.run`` with a state directory, so every command is staged:
-its overlay's directories are made before the spawn (``StagingArea.create``), mounted in
-the call's own mount namespace, and removed after. The bare side does the same, with a
-state directory of its own (never the daemon's), and discards the overlay after each call
-instead of committing it (a ``true`` writes nothing).
+The profile is built the daemon's way, not copied: a ``Sandbox`` and the toolchains made
+from a default ``Config`` as ``shellwardd.main`` makes them, and each call's ``SandboxSpec``
+from ``CommandKind.spec``, the function a daemon call uses. So the bare side has what a
+call has: the toolchain directories found for the workspace (read-only, first on PATH),
+the write detector's cookie directory read-only, ``SHELLWARD_CALL_ID``, the hidden state
+and socket directories, the call's cgroup and its staged overlay. What it leaves out is
+what the daemon adds around the spawn: gRPC, classification, the ledger, the write
+detector's barrier and the commit (a ``true`` writes nothing, so its overlay is discarded
+instead of committed).
+
+The state directory is the bare side's own, never the daemon's.
 """
 
 from __future__ import annotations
@@ -14,9 +20,17 @@ import threading
 from dataclasses import replace
 from pathlib import Path
 
-from shellwardd.config import Limits
-from shellwardd.sandbox import Sandbox, SandboxSpec
+from shellward.types import CallStatus, Verdict
+from shellwardd.calls.command import CommandKind
+from shellwardd.classifier.toolchains import build_toolchains
+from shellwardd.config import Config
+from shellwardd.requests import CommandRequest
+from shellwardd.sandbox import Sandbox
 from shellwardd.staging.area import StagingArea
+
+
+def _never_classify(*args: object) -> Verdict:
+    raise AssertionError("the bare side runs the command without classifying it")
 
 
 class BareSandbox:
@@ -25,22 +39,43 @@ class BareSandbox:
     def __init__(self, base: Path, workspace: Path) -> None:
         state = base / "bare-state"
         state.mkdir(mode=0o700)
-        self.sandbox = Sandbox(state_dir=state)
+        workspace = workspace.resolve()  # as the daemon's canonical cwd
+        config = Config(socket=base / "bare.sock", state_dir=state, workspaces=(workspace,))
+        self.sandbox = Sandbox(
+            enabled=not config.no_sandbox,
+            hidden=config.hidden,
+            git_writable=config.git_writable,
+            sandbox_uid=config.sandbox_uid,
+            overlay=config.overlay,
+            state_dir=state,
+        )
         self.sandbox.check()
+        toolchains = build_toolchains(
+            config.toolchains,
+            config.workspaces,
+            auto=not config.no_auto_toolchains,
+            home=Path.home(),
+            reaches=self.sandbox.reaches,
+        )
         self._area = StagingArea(state / "staging", self.sandbox.mount_root)
+        self._kind = CommandKind(config, _never_classify, self.sandbox, toolchains, self._area)
         self._workspace = workspace
-        self._spec = SandboxSpec(
-            "true", workspace, workspace, {}, None, 60.0, Limits(), 1 << 20,
-            hidden=(state, base),
-        )  # fmt: skip
+        self._timeout = config.default_timeout
         self._ids = itertools.count()
 
     def run(self, command: str = "true") -> None:
         call_id = f"bare-{next(self._ids)}"
+        request = CommandRequest(command, cwd=str(self._workspace))
+        started = replace(
+            self._kind.planned(call_id, "", request),
+            status=CallStatus.STARTED,
+            workspace=str(self._workspace),
+            timeout_seconds=self._timeout,
+        )
         dirs = self._area.create(call_id, self._workspace, self.sandbox.sandbox_owner)
         try:
             outcome = self.sandbox.run(
-                replace(self._spec, command=command, staged=dirs),
+                self._kind.spec(started, request),
                 lambda chunk: None,
                 threading.Event(),
                 call_id=call_id,

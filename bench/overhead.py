@@ -8,7 +8,9 @@ rw workspace, private /tmp, unshare-all), spawned with subprocess. ``--baseline 
 a second daemon run from another tree's daemon/ and client/ (e.g. a ``git archive`` of the
 commit before a change), interleaved too: a before/after in one run. Also prints a
 breakdown: an empty gRPC round trip, the three ledger commits of a call, and the
-classification.
+classification, and the CPU time of the spawning process per call (the daemon's, the
+benchmark's own around a bare spawn): on a busy machine a spawner's CPU just before a
+spawn also slows the spawn (docs/performance.md, "Daemon overhead").
 
     python bench/overhead.py [--runs 300] [--warmup 20] [--baseline DIR]
 
@@ -18,6 +20,7 @@ Target: median ratio daemon / bare ≤ 1.3.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import subprocess
@@ -48,6 +51,12 @@ def _time(action: Callable[[], object]) -> float:
     start = time.perf_counter()
     action()
     return time.perf_counter() - start
+
+
+def _cpu_seconds(pid: int) -> float:
+    """A process's user + system CPU time so far, all its threads (``/proc/PID/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> int:
@@ -92,11 +101,16 @@ def main() -> int:
                 daemon_s, bare_s, rpc_s, ledger_s, classify_s = [], [], [], [], []
                 ledger2_s: list[float] = []
                 old_s, minimal_s = [], []
+                daemon_cpu = bare_cpu = 0.0
                 for i in range(args.runs):
+                    cpu = _cpu_seconds(daemon.process.pid)
                     daemon_s.append(_time(lambda: client.run_command("true", cwd=workspace)))
+                    daemon_cpu += _cpu_seconds(daemon.process.pid) - cpu
                     if baseline:
                         old_s.append(_time(lambda: old.run_command("true", cwd=workspace)))
+                    cpu = time.process_time()
                     bare_s.append(_time(bare))
+                    bare_cpu += time.process_time() - cpu
                     minimal_s.append(_time(minimal_spawn))
                     rpc_s.append(_time(client.status))
                     ledger_s.append(_time(lambda i=i: _three_commits(ledger, f"c{i}")))
@@ -124,6 +138,8 @@ def main() -> int:
         o_med, o_p95 = _ms(old_s)
         print(f"baseline daemon ({args.baseline}) median {o_med:7.2f} ms   p95 {o_p95:7.2f} ms")
         print(f"ratio daemon/baseline           median {d_med / o_med:7.2f}")
+    print(f"CPU of the spawning process per call: daemon {daemon_cpu / args.runs * 1000:.2f} ms, "
+          f"bare {bare_cpu / args.runs * 1000:.2f} ms (means)")  # fmt: skip
     print("breakdown (medians):")
     for label, samples in (
         ("empty gRPC round trip (GetStatus)", rpc_s),

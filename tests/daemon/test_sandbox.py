@@ -161,6 +161,32 @@ def test_secrets_and_hidden_paths(
     assert b"ledger" not in outcome.stdout.data
 
 
+def test_a_secret_created_after_start_is_hidden_from_the_next_call(
+    workspace: Path, host_dir: Path, request: pytest.FixtureRequest
+) -> None:
+    # The hidden entries are made absolute once; which exist must be looked up per call.
+    home = host_dir / "home"
+    home.mkdir()
+    box = Sandbox(home=home, hidden=(".aws", ".config/*token*", ".vault/**/key"))
+    box.check()
+    request.addfinalizer(box.close)
+    deep = home / ".vault" / "a" / "b" / "key"
+    show = f"cat {home}/.aws/credentials {home}/.config/.gh-token {deep} {home}/.config/plain"
+    assert b"visible" not in run(box, workspace, show).stdout.data  # nothing exists yet
+    (home / ".aws").mkdir()
+    (home / ".aws" / "credentials").write_text("aws-secret")
+    (home / ".config").mkdir()
+    (home / ".config" / ".gh-token").write_text("gh-secret")  # a dot name matches `*token*`
+    deep.parent.mkdir(parents=True)
+    deep.write_text("vault-secret")  # `**` matches any depth
+    (home / ".config" / "plain").write_text("visible")
+    outcome = run(box, workspace, show)
+    assert b"visible" in outcome.stdout.data  # the command did run and read
+    assert b"aws-secret" not in outcome.stdout.data
+    assert b"gh-secret" not in outcome.stdout.data
+    assert b"vault-secret" not in outcome.stdout.data
+
+
 def test_sandbox_failure_is_not_a_command_failure(sandbox: Sandbox, tmp_path: Path) -> None:
     missing = tmp_path / "gone"
     spec = SandboxSpec("true", missing, missing, {}, None, 5.0, Limits(), 100)

@@ -103,7 +103,7 @@ class CommandKind:
     def _execution(self, request: CommandRequest, idempotency: Idempotency) -> Execution:
         def work(started: LedgerEntry, cancel: CancelFlag, listener: CallListener) -> LedgerEntry:
             outcome = self._sandbox.run(
-                self._spec(started, request), listener.output, cancel, call_id=started.call_id
+                self.spec(started, request), listener.output, cancel, call_id=started.call_id
             )
             final = finished_entry(started, outcome, time.time(), cancel.why)
             return reconcile_network(final, outcome.network_effects)
@@ -153,9 +153,9 @@ class CommandKind:
             denied=frozenset(config.deny_domains),
         )
 
-    def _spec(self, started: LedgerEntry, request: CommandRequest) -> SandboxSpec:
+    def spec(self, started: LedgerEntry, request: CommandRequest) -> SandboxSpec:
         """How this call runs in the sandbox (its entry says where, for how long, with what
-        network; the request adds its env and limits)."""
+        network; the request adds its env and limits). bench/bare.py spawns this too."""
         workspace = Path(started.workspace)
         return SandboxSpec(
             command=request.command,

@@ -14,7 +14,9 @@ Choices, and why:
   seccomp filter of :mod:`.seccomp`.
 - **Hidden paths** are covered with an empty tmpfs (directories) or ``/dev/null`` (files).
   A root daemon's sandbox runs as an unprivileged uid, so a path it could not reach
-  anyway (under ``/root``) needs no cover, and bwrap could not mount over it.
+  anyway (under ``/root``) needs no cover, and bwrap could not mount over it. Which of
+  them exist is looked up at every call (:class:`HiddenEntries`): a secret made while the
+  daemon runs is hidden from the next call.
 - **``.git/hooks`` and ``.git/config``** are bound read-only over themselves unless the
   operator allows writes: what a command writes there would run later, outside. ``.git``
   itself is bound over itself (read-write): a mount point cannot be renamed, so the
@@ -27,6 +29,7 @@ Choices, and why:
 
 from __future__ import annotations
 
+import glob
 import os
 import stat
 from collections.abc import Iterable, Mapping, Sequence
@@ -75,27 +78,46 @@ class Identity:
         return True
 
 
-def hidden_paths(home: Path, entries: Iterable[str]) -> list[Path]:
-    """The configured hidden entries that exist now (globs expanded, relative to ``home``)."""
-    found: list[Path] = []
-    for entry in entries:
-        pattern = Path(entry).expanduser()
-        if not pattern.is_absolute():
-            pattern = home / pattern
-        if any(ch in entry for ch in "*?["):
-            anchor = Path(pattern.anchor)
-            matches = sorted(anchor.glob(str(pattern.relative_to(anchor))))
-        else:
-            matches = [pattern] if os.path.lexists(pattern) else []
-        for path in matches:
-            # A symlink is covered where it points (bwrap mounts through it); a dangling
-            # one hides nothing and would make bwrap fail.
-            if path.is_symlink():
-                if not path.exists():
-                    continue
-                path = path.resolve()
-            found.append(path)
-    return found
+@dataclass(frozen=True)
+class HiddenEntries:
+    """The configured hidden entries (relative to ``home`` or absolute; globs allowed), made
+    absolute once: the home and the entries do not change while the daemon runs.
+
+    Which of them exist is looked up again at every call, never cached: a secret created
+    while the daemon runs (``aws configure``) is hidden from the next call. The look-up is
+    one ``lstat`` per plain entry, on strings: with pathlib, parsing the ~70 default
+    entries cost 5x the look-ups themselves (docs/performance.md, "Daemon overhead")."""
+
+    # (absolute path or pattern, is a glob), in the configured order.
+    entries: tuple[tuple[str, bool], ...]
+
+    @classmethod
+    def of(cls, home: Path, entries: Iterable[str]) -> HiddenEntries:
+        made = []
+        for entry in entries:
+            pattern = os.path.expanduser(entry)
+            if not os.path.isabs(pattern):
+                pattern = os.path.join(home, pattern)
+            made.append((pattern, any(ch in entry for ch in "*?[")))
+        return cls(tuple(made))
+
+    def existing(self) -> list[Path]:
+        """The entries that exist now (globs expanded)."""
+        found: list[Path] = []
+        for pattern, is_glob in self.entries:
+            if is_glob:  # as pathlib's glob: ``*`` matches a leading dot, ``**`` any depth
+                matches = sorted(glob.glob(pattern, recursive=True, include_hidden=True))
+            else:
+                matches = [pattern] if os.path.lexists(pattern) else []
+            for path in matches:
+                # A symlink is covered where it points (bwrap mounts through it); a dangling
+                # one hides nothing and would make bwrap fail.
+                if os.path.islink(path):
+                    if not os.path.exists(path):
+                        continue
+                    path = os.path.realpath(path)
+                found.append(Path(path))
+        return found
 
 
 def git_protected(workspace: Path) -> tuple[list[Path], list[Path]]:

@@ -58,10 +58,10 @@ from shellwardd.sandbox.idmap import (
 )
 from shellwardd.sandbox.profile import (
     BASE_ENV,
+    HiddenEntries,
     Identity,
     bwrap_args,
     git_protected,
-    hidden_paths,
     sandbox_path,
 )
 from shellwardd.sandbox.seccomp import Filter, SeccompUnavailable, build_filter
@@ -188,6 +188,7 @@ class Sandbox:
         self.enabled = enabled
         self._home = home or Path.home()
         self._hidden = tuple(hidden)
+        self._hidden_entries = HiddenEntries.of(self._home, self._hidden)
         self._git_writable = git_writable
         self._bash = shutil.which("bash") or "/bin/sh"
         self._prlimit = shutil.which("prlimit")
@@ -499,7 +500,7 @@ class Sandbox:
             tmp_bytes=spec.limits.tmp_bytes,
             identity=self._identity,
             as_root=self._as_root,
-            hidden=[*hidden_paths(self._home, self._hidden), *spec.hidden],
+            hidden=[*self._hidden_entries.existing(), *spec.hidden],
             read_only=read_only,
             pinned=pinned,
         ), lower
