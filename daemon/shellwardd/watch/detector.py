@@ -26,11 +26,12 @@ Choices, and why:
   ``CallEffects.overlapped`` says that effects may include the other calls' writes.
 - **Renames** are one RENAMED effect (see :mod:`.effects`).
 - **Directories** created or removed are effects (path ending in ``/``). The index holds
-  files only, so the monitor keeps the set of workspace directories beside it, in memory:
-  filled by the walk that builds or re-validates the index at start-up, and updated by
-  the same walks that find a call's (or an external edit's) changed files. A call's
-  directory effects are the difference, inside the subtrees its events covered, between
-  that set and what the walk lists now.
+  files only, so the monitor keeps the set of workspace directories beside it, in memory
+  (:mod:`.dirset`: with each one's children, so that a call looks only at the subtrees
+  its events covered, never at the whole set): filled by the walk that builds or
+  re-validates the index at start-up, and updated by the same walks that find a call's
+  (or an external edit's) changed files. A call's directory effects are the difference,
+  inside the subtrees its events covered, between that set and what the walk lists now.
 - **Writes into ``.git/``** (at any depth) give one effect per ``.git`` directory with
   path ``<dir>/.git/`` and no hashes: MODIFIED, or CREATED / DELETED when the directory
   itself appeared or went away during the call. Its files are not indexed.
@@ -68,6 +69,7 @@ from typing import Literal
 from shellward.types import EffectKind, FileEffect
 from shellwardd.errors import WatchError
 
+from .dirset import DirectorySet
 from .effects import diff, dir_effects
 from .gate import CallGate
 from .hashing import IndexEntry, Stamp, fs_stamp
@@ -134,13 +136,7 @@ class _Dirty:
     git: dict[str, bool] = field(default_factory=dict)
 
     def covers(self, path: str) -> bool:
-        if path in self.files or path in self.dirs:
-            return True
-        while path:
-            path = path.rpartition("/")[0]
-            if path in self.dirs:
-                return True
-        return "" in self.dirs
+        return path in self.files or _within(path, self.dirs)
 
 
 @dataclass(eq=False)
@@ -240,7 +236,7 @@ class WorkspaceMonitor:
         self._synced_overflows = 0
         # Every INDEXED directory of the workspace but the root, with its inode (see
         # "Directories" above).
-        self._dirs: dict[str, int] = {}
+        self._dirs = DirectorySet()
         # The open staged calls' views (updated under _index_lock).
         self._staged: set[StagedView] = set()
 
@@ -573,14 +569,16 @@ class WorkspaceMonitor:
         if roots is None or "" in roots:
             before = set(self._dirs)
         else:
-            before = {d for d in self._dirs if any(_under(d, r) for r in roots)}
-            now = {d for d in now if any(_under(d, r) for r in roots)}
+            # Only the dirty subtrees: the cost follows what the call touched.
+            before = self._dirs.subtree(roots)
+            now = {d for d in now if _within(d, roots)}
         created: dict[str, int] = {}
         for d in sorted(now - before):
             with contextlib.suppress(OSError):  # gone since the walk: not created after all
                 created[d] = os.lstat(join(self._root, d)).st_ino
         removed = {d: self._dirs.pop(d) for d in sorted(before - now)}
-        self._dirs.update(created)
+        for d, inode in created.items():
+            self._dirs.add(d, inode)
         return created, removed
 
     def _stamp(self) -> Stamp | None:
@@ -691,5 +689,10 @@ class WorkspaceMonitor:
                 self._flush_external(None)
 
 
-def _under(path: str, root: str) -> bool:
-    return not root or path == root or path.startswith(root + "/")
+def _within(path: str, roots: set[str]) -> bool:
+    """Whether ``path`` is one of ``roots`` or below one (a step per level, not per root)."""
+    while path:
+        if path in roots:
+            return True
+        path = path.rpartition("/")[0]
+    return "" in roots
