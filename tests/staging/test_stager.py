@@ -4,6 +4,7 @@ still ends right at the next start-up."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
@@ -22,6 +23,7 @@ from shellwardd.staging.area import StagedDirs, StagingArea
 from shellwardd.staging.blobs import BlobStore
 from shellwardd.staging.stager import Stager
 from shellwardd.watch import WorkspaceMonitor
+from shellwardd.watch import detector as detector_module
 from shellwardd.watch.detector import StagedView
 from shellwardd.watch.hashing import bytes_hash
 
@@ -66,6 +68,9 @@ class _Setup:
         (dirs.upper / "m.txt").write_text("new\n")
         (dirs.upper / "d").mkdir()
         (dirs.upper / "d" / "new.txt").write_text("made\n")
+        # As a command's writes would be: some time before its commit's window opens.
+        for path in (dirs.upper / "m.txt", dirs.upper / "d" / "new.txt"):
+            os.utime(path, ns=(time.time_ns() - 10**9,) * 2)
         final = replace(entry, status=CallStatus.SUCCEEDED, exit_code=0, finished_at=time.time())
         return final, dirs, view
 
@@ -183,3 +188,71 @@ def test_a_final_write_that_fails_is_left_to_the_caller_with_the_commit(
     # The commit's end is written once: a second attempt finds the row no longer committing.
     with pytest.raises(LedgerError, match="not committing"):
         setup.ledger.finish(settled.entry, committed=settled.committed)
+
+
+@pytest.fixture
+def probed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The paths the write detector reads (hashes) from now on."""
+    seen: list[str] = []
+    original = detector_module.probe_many
+
+    def spy(root: str, items: list[tuple[str, Any]], *args: Any) -> Any:
+        seen.extend(path for path, _ in items)
+        return original(root, items, *args)
+
+    monkeypatch.setattr(detector_module, "probe_many", spy)
+    return seen
+
+
+def test_the_commits_files_are_taken_without_being_read_again(
+    setup: _Setup, probed: list[str]
+) -> None:
+    stager = setup.stager()
+    final, dirs, view = setup.stage(stager)
+    stager.settle(final, dirs, view, setup.monitor)
+    view.close()
+    index = setup.monitor.snapshot()
+    assert index["m.txt"].hash == bytes_hash(b"new\n")
+    assert index["d/new.txt"].hash == bytes_hash(b"made\n")
+    assert not {"m.txt", "d/new.txt"} & set(probed)
+
+
+def test_a_write_racing_the_commit_is_read_not_taken_for_the_staged_content(
+    setup: _Setup, probed: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An editor rewrites a committed file right after its rename, same size, same inode:
+    only its mtime (now, at or after the window opened) tells it from the staged file."""
+    stager = setup.stager()
+    final, dirs, view = setup.stage(stager)
+    original = stager_module.apply
+
+    def apply_then_edit(*args: Any, **kwargs: Any) -> int:
+        applied = original(*args, **kwargs)
+        with open(setup.workspace / "m.txt", "r+b") as f:  # in place: the same inode
+            f.write(b"NEW\n")
+        return applied
+
+    monkeypatch.setattr(stager_module, "apply", apply_then_edit)
+    settled = stager.settle(final, dirs, view, setup.monitor)
+    view.close()
+    assert settled.recorded  # the commit itself went through
+    assert setup.monitor.snapshot()["m.txt"].hash == bytes_hash(b"NEW\n")
+    assert "m.txt" in probed and "d/new.txt" not in probed
+    # The next call sees the file as the editor left it: nothing left to report.
+    watch = setup.monitor.begin_call()
+    assert setup.monitor.finish_call(watch).effects == ()
+
+
+def test_a_staged_file_written_in_the_windows_first_tick_is_read_again(
+    setup: _Setup, probed: list[str]
+) -> None:
+    """A staged mtime not older than the window's opening cannot vouch for the content:
+    a write after the rename in that same tick would keep it."""
+    stager = setup.stager()
+    final, dirs, view = setup.stage(stager)
+    later = time.time_ns() + 3600 * 10**9  # at or after any opening cookie of this test
+    os.utime(dirs.upper / "m.txt", ns=(later, later))
+    stager.settle(final, dirs, view, setup.monitor)
+    view.close()
+    assert "m.txt" in probed and "d/new.txt" not in probed
+    assert setup.monitor.snapshot()["m.txt"].hash == bytes_hash(b"new\n")

@@ -42,6 +42,7 @@ from shellwardd.ledger import Committed, LedgerStore
 from shellwardd.outcomes import reconcile
 from shellwardd.watch import CallEffects, WorkspaceMonitor
 from shellwardd.watch.detector import StagedView
+from shellwardd.watch.hashing import IndexEntry
 
 from . import preview
 from .area import StagedDirs, StagingArea
@@ -130,10 +131,14 @@ class Stager:
         if _cut_short(final):
             self.area.discard(dirs)
             return Settled(_discarded(final))
+        # The staged files' entries, for the write detector to take once they are moved in.
+        hashed: dict[str, IndexEntry] = {}
         try:
             if effects is None:
                 assert view is not None
-                effects = tuple(staged_effects(dirs.upper, workspace, view, self.area.fuse_markers))
+                effects = tuple(
+                    staged_effects(dirs.upper, workspace, view, self.area.fuse_markers, hashed)
+                )
         except (UpperRefused, OSError) as exc:
             self.area.discard(dirs)
             return Settled(_refused(final, str(exc)))
@@ -141,6 +146,7 @@ class Stager:
             self.area.discard(dirs)
             return Settled(reconcile(final, CallEffects(())))
         window = monitor.begin_call(exclusive=True)
+        moved: dict[str, IndexEntry] = {}
         try:
             found = conflicts(workspace, effects)
             if not found:
@@ -159,6 +165,7 @@ class Stager:
             applied = apply(
                 dirs.upper, workspace, self._owner_of(workspace), self.area.fuse_markers
             )
+            moved = hashed
             done = Committed(time.time(), f"applied {applied} path(s)")
             # Before the final write: a crash after this finds no upper to apply again.
             self.area.discard(dirs)
@@ -171,7 +178,7 @@ class Stager:
                                                         "problem": exc.message})  # fmt: skip
                 return Settled(entry, done)  # the caller's final write tries once more
         finally:
-            monitor.finish_call(window)
+            monitor.finish_call(window, written=moved)
         return Settled(entry, recorded=True)
 
     def forget_uncommitted(self, call_ids: list[str]) -> None:
