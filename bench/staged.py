@@ -120,7 +120,8 @@ def post_processing(runs: int, files: int) -> None:
     """What the daemon does between a staged command's exit and its result, for a command
     that created ``files`` small files and one that modified ``files``: Stager.settle
     (read the upper, hash, conflict check, before-images, journal, apply, the write
-    detector's window over the commit, ``committed``) and the final ledger write. The
+    detector's window over the commit) and the final ledger write (with ``committed``;
+    inside settle for a commit, after it otherwise). The
     upper layer is filled by hand (no overlay, no command), so nothing else is timed."""
     with tempfile.TemporaryDirectory(prefix="shellward-bench-", dir="/var/lib") as tmp:
         base = Path(tmp)
