@@ -13,13 +13,13 @@ Choices, and why
   is written with status ``committing`` and the staging directory in ``commit_journal``.
   Once applied, the staging directory is moved away, then one transaction records
   ``committed`` and the final status: one durable ledger commit after the apply, not two.
-  It is written while the write detector's window is still open, so that its fsync and
-  the observer's handling of the commit's events (which the closing barrier waits for)
-  overlap. A crash in between leaves the row ``committing``: :func:`finish_commits`
-  applies what remains of the upper layer at the next start-up (apply is idempotent per
-  path; an upper already moved away has nothing left) and records the final status the
-  journal names. Nothing is checked again at that point: the check was made before the
-  journal was written, and the workspace's owner is who changed it since.
+  It is written while the write detector's window is still open, so that the observer
+  handles the commit's events meanwhile (the closing barrier waits for them). A crash in
+  between leaves the row ``committing``: :func:`finish_commits` applies what remains of
+  the upper layer at the next start-up (apply is idempotent per path; an upper already
+  moved away has nothing left) and records the final status the journal names. Nothing
+  is checked again at that point: the check was made before the journal was written, and
+  the workspace's owner is who changed it since.
 - **One commit at a time per workspace**: the commit runs in an exclusive window of the
   write detector, so its writes update the index like any call's and are never taken for
   another call's or for an external edit. It holds the window only while it checks and

@@ -81,7 +81,7 @@ from shellwardd.errors import WatchError
 from .dirset import DirectorySet
 from .effects import diff, dir_effects
 from .gate import CallGate
-from .hashing import IndexEntry, Stamp, as_written, fs_stamp
+from .hashing import IndexEntry, Stamp, as_written, fs_stamp, stamp_of
 from .index import HashIndex, index_db_path
 from .observer import WorkspaceObserver
 from .paths import COOKIE_DIR, PathFilter, PathKind
@@ -477,7 +477,7 @@ class WorkspaceMonitor:
         made = self._write_cookie(name) if self._observer is not None else None
         if made is not None:
             if opening and call is not None:
-                call.opened = Stamp(made.st_dev, made.st_ctime_ns)
+                call.opened = stamp_of(made)
             deadline = time.monotonic() + self._barrier_timeout
             # Wake up now and then: an overflow may have dropped the cookie itself.
             while not cookie.arrived.wait(0.05):

@@ -95,6 +95,11 @@ def fs_stamp(directory: str | os.PathLike[str]) -> Stamp | None:
         os.close(fd)
         with contextlib.suppress(OSError):
             os.unlink(path)
+    return stamp_of(st)
+
+
+def stamp_of(st: os.stat_result) -> Stamp | None:
+    """The stamp of a file just created (its ctime), or None (see :func:`fs_stamp`)."""
     if abs(st.st_ctime_ns - time.time_ns()) >= RACY_WINDOW_NS:
         return None
     return Stamp(st.st_dev, st.st_ctime_ns)
