@@ -17,12 +17,16 @@ Every ratio is printed side by side, met or not. Workspaces are removed afterwar
 
     python bench/detect.py [--sizes 1000,10000,100000] [--calls 200]
     python bench/detect.py --sizes 100000 --rounds 5 --baseline /tmp/old
+    python bench/detect.py --sizes 1000,100000 --per-call-only
 
 ``--rounds N`` repeats the cold build and the warm restart (each followed by its git
 command) N times and prints medians, with the range of the per-round ratios to git.
 ``--baseline DIR`` (a ``git archive`` of other code, with its ``daemon/`` and ``client/``)
 runs that code's cold build and warm restart too, alternating with this tree's in every
 round, so that a before/after comparison shares one run's machine load.
+``--per-call-only`` skips the restarts and git: the index is built in process, then only
+the per-call rows are measured (an A/B of them runs it once per tree, ``PYTHONPATH``
+naming the tree).
 
 Targets: empty-call overhead at the largest size / at the smallest ≤ 1.1;
 post-processing ≤ 5 ms (100 files) and ≤ 100 ms (cp -r of 2,000 files); cold build /
@@ -40,6 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -169,13 +174,9 @@ def spread(seconds: list[float], git: list[float]) -> str:
     return f"{min(ratios):.2f}-{max(ratios):.2f}"
 
 
-def measure(
-    size: int, ncalls: int, base: Path, copy_source: Path, codes: Codes, rounds: int
-) -> Result:
-    ws = base / f"ws-{size}"
-    paths = generate(ws, size)
-    r: Result = {"files": size}
-
+def _restarts(ws: Path, paths: list[str], base: Path, codes: Codes, rounds: int) -> Result:
+    """Cold builds and warm restarts of each code, each followed by its git command."""
+    size = len(paths)
     listing = "\n".join(paths) + "\n"
     cold = restarts(ws, base, codes, rounds, ["git", "hash-object", "--stdin-paths"], listing)
 
@@ -185,7 +186,7 @@ def measure(
     status = ["git", "status", "--porcelain"]
     timed(status, ws)  # settles git's own racy entries, as a user's repository would be
     warm = restarts(ws, base, codes, rounds, status)
-    r["git_hash_object_s"] = statistics.median(cold["git"])
+    r: Result = {"git_hash_object_s": statistics.median(cold["git"])}
     r["git_status_s"] = statistics.median(warm["git"])
     for label in codes:
         assert set(cold[f"{label}_files"]) == {size}, (label, cold[f"{label}_files"])
@@ -195,6 +196,18 @@ def measure(
         r[f"{label}_warm_ratios"] = spread(warm[f"{label}_seconds"], warm["git"])
         r[f"{label}_rss_mb"] = statistics.median(warm[f"{label}_rss_mb"])
         r[f"{label}_hwm_mb"] = statistics.median(warm[f"{label}_hwm_mb"])
+    return r
+
+
+def measure(
+    size: int, ncalls: int, base: Path, copy_source: Path, codes: Codes, rounds: int
+) -> Result:
+    ws = base / f"ws-{size}"
+    paths = generate(ws, size)
+    r: Result = {"files": size}
+
+    if rounds:
+        r.update(_restarts(ws, paths, base, codes, rounds))
     state = base / "state-new"
 
     monitor = WorkspaceMonitor(ws, state)
@@ -216,7 +229,7 @@ def measure(
         monitor.stop()
         shutil.rmtree(ws)
         for label in codes:
-            shutil.rmtree(base / f"state-{label}")
+            shutil.rmtree(base / f"state-{label}", ignore_errors=True)
     return r
 
 
@@ -232,31 +245,8 @@ def report(results: list[Result], labels: list[str]) -> None:
         return value
 
     row("files", [f"{int(r['files']):,}" for r in results])
-    row("git hash-object --stdin-paths (s)", [f"{r['git_hash_object_s']:.3f}" for r in results])
-    row("git status (s)", [f"{r['git_status_s']:.3f}" for r in results])
-    for label in labels:
-        name = "" if label == "new" else f" [{label}]"
-        cold, warm = f"{label}_cold_build_s", f"{label}_warm_restart_s"
-        row(f"cold index build{name} (s)", [f"{r[cold]:.3f}" for r in results])
-        row(
-            "  ratio cold build / git hash-object",
-            [f"{seconds(r, cold) / seconds(r, 'git_hash_object_s'):.2f}" for r in results],
-            "target <= 1.0",
-        )
-        row("  per-round ratios", [str(r[f"{label}_cold_ratios"]) for r in results])
-        row(f"warm restart re-validation{name} (s)", [f"{r[warm]:.3f}" for r in results])
-        row(
-            "  ratio warm restart / git status",
-            [f"{seconds(r, warm) / seconds(r, 'git_status_s'):.2f}" for r in results],
-            "target <= 1.0",
-        )
-        row("  per-round ratios", [str(r[f"{label}_warm_ratios"]) for r in results])
-        row(
-            f"RSS holding the index{name} (MB)",
-            [f"{r[f'{label}_rss_mb']:.1f}" for r in results],
-            "target <= 150",
-        )
-        row("  peak RSS, VmHWM (MB)", [f"{r[f'{label}_hwm_mb']:.1f}" for r in results])
+    if "git_status_s" in small:
+        _report_restarts(results, labels, row, seconds)
     row(
         "empty call, detector part (ms)",
         [f"{seconds(r, 'call_own_s') * 1e3:.2f}" for r in results],
@@ -284,6 +274,39 @@ def report(results: list[Result], labels: list[str]) -> None:
     )
 
 
+def _report_restarts(
+    results: list[Result],
+    labels: list[str],
+    row: Callable[..., None],
+    seconds: Callable[[Result, str], float],
+) -> None:
+    row("git hash-object --stdin-paths (s)", [f"{r['git_hash_object_s']:.3f}" for r in results])
+    row("git status (s)", [f"{r['git_status_s']:.3f}" for r in results])
+    for label in labels:
+        name = "" if label == "new" else f" [{label}]"
+        cold, warm = f"{label}_cold_build_s", f"{label}_warm_restart_s"
+        row(f"cold index build{name} (s)", [f"{r[cold]:.3f}" for r in results])
+        row(
+            "  ratio cold build / git hash-object",
+            [f"{seconds(r, cold) / seconds(r, 'git_hash_object_s'):.2f}" for r in results],
+            "target <= 1.0",
+        )
+        row("  per-round ratios", [str(r[f"{label}_cold_ratios"]) for r in results])
+        row(f"warm restart re-validation{name} (s)", [f"{r[warm]:.3f}" for r in results])
+        row(
+            "  ratio warm restart / git status",
+            [f"{seconds(r, warm) / seconds(r, 'git_status_s'):.2f}" for r in results],
+            "target <= 1.0",
+        )
+        row("  per-round ratios", [str(r[f"{label}_warm_ratios"]) for r in results])
+        row(
+            f"RSS holding the index{name} (MB)",
+            [f"{r[f'{label}_rss_mb']:.1f}" for r in results],
+            "target <= 150",
+        )
+        row("  peak RSS, VmHWM (MB)", [f"{r[f'{label}_hwm_mb']:.1f}" for r in results])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="1000,10000,100000", help="workspace sizes in files")
@@ -295,6 +318,11 @@ def main() -> None:
         "--baseline",
         type=Path,
         help="a tree of other code (daemon/, client/) to time alternately with this one",
+    )
+    parser.add_argument(
+        "--per-call-only",
+        action="store_true",
+        help="only the per-call rows: no restarts, no git (the index is built in process)",
     )
     parser.add_argument("--child", nargs=2, metavar=("WS", "STATE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -312,7 +340,8 @@ def main() -> None:
         results = []
         for size in sizes:
             print(f"measuring {size:,} files ...", file=sys.stderr, flush=True)
-            results.append(measure(size, args.calls, base, copy_source, codes, args.rounds))
+            rounds = 0 if args.per_call_only else args.rounds
+            results.append(measure(size, args.calls, base, copy_source, codes, rounds))
         print(f"cpus: {os.cpu_count()}, python {sys.version.split()[0]}, {sys.platform}")
         print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         report(results, list(codes))

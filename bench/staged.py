@@ -17,13 +17,15 @@ ends with the overlay it measured).
 First it prints the daemon's post-processing of a staged call, in process (no daemon, no
 command): from the command's exit to its result, for a call that created ``--files`` small
 files and one that modified as many, median and p95 over ``--post-runs`` calls, with the
-time of each phase (``--post-only`` stops there).
+time of each phase, and for reference the cost of one bare durable SQLite commit on the same
+disk (``--post-only`` stops there).
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import sqlite3
 import statistics
 import sys
 import tempfile
@@ -64,6 +66,8 @@ _PHASES = (
     ("before-images", stager_module, "keep_before_images"),
     ("journal", SqliteLedger, "begin_commit"),
     ("apply", stager_module, "apply"),
+    # Its own durable write before; now part of the final one, which the commit writes
+    # with its window still open ("ledger finish"; "window close" no longer includes it).
     ("committed", SqliteLedger, "transition"),
     ("window close", WorkspaceMonitor, "finish_call"),
     ("discard upper", StagingArea, "discard"),
@@ -116,7 +120,8 @@ def post_processing(runs: int, files: int) -> None:
     """What the daemon does between a staged command's exit and its result, for a command
     that created ``files`` small files and one that modified ``files``: Stager.settle
     (read the upper, hash, conflict check, before-images, journal, apply, the write
-    detector's window over the commit, ``committed``) and the final ledger write. The
+    detector's window over the commit) and the final ledger write (with ``committed``;
+    inside settle for a commit, after it otherwise). The
     upper layer is filled by hand (no overlay, no command), so nothing else is timed."""
     with tempfile.TemporaryDirectory(prefix="shellward-bench-", dir="/var/lib") as tmp:
         base = Path(tmp)
@@ -151,8 +156,12 @@ def post_processing(runs: int, files: int) -> None:
                     )
                     with _Phases() as timer:
                         start = time.perf_counter_ns()
-                        settled = stager.settle(final, dirs, view, monitor)
-                        ledger.finish(settled)
+                        outcome = stager.settle(final, dirs, view, monitor)
+                        # An older tree's settle (for an A/B) returns the entry, and
+                        # leaves its final write to the caller.
+                        settled = getattr(outcome, "entry", outcome)
+                        if not getattr(outcome, "recorded", False):
+                            ledger.finish(settled)
                         total = time.perf_counter_ns() - start
                     view.close()
                     assert settled.status is CallStatus.SUCCEEDED, settled.content
@@ -171,6 +180,28 @@ def post_processing(runs: int, files: int) -> None:
         finally:
             monitor.stop()
             ledger.close()
+
+
+def bare_commits(runs: int) -> None:
+    """For reference: what one durable ledger write costs on this disk by itself, a
+    one-row SQLite transaction in WAL mode with ``synchronous=FULL`` (as the ledger's),
+    in the same file system as the post-processing's state dir."""
+    with tempfile.TemporaryDirectory(prefix="shellward-bench-", dir="/var/lib") as tmp:
+        db = sqlite3.connect(Path(tmp) / "bare.sqlite3", isolation_level=None)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=FULL")
+        db.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, at REAL)")
+        samples = []
+        for _ in range(runs + 2):
+            start = time.perf_counter_ns()
+            db.execute("BEGIN IMMEDIATE")
+            db.execute("INSERT INTO t (at) VALUES (?)", (time.time(),))
+            db.execute("COMMIT")
+            samples.append(time.perf_counter_ns() - start)
+        db.close()
+    median, p95 = _percentiles(samples[2:])
+    print(f"a bare durable SQLite commit: median {_ms(median)} ms   p95 {_ms(p95)} ms   "
+          f"({runs} runs)")  # fmt: skip
 
 
 def _per_call(clients: dict[str, Client], daemons: dict[str, Daemon], runs: int) -> None:
@@ -252,6 +283,7 @@ def main() -> int:
     args = parser.parse_args()
 
     post_processing(args.post_runs, args.files)
+    bare_commits(args.post_runs)
     if args.post_only:
         return 0
 

@@ -21,6 +21,11 @@ _NUMBER = r"[\d.]+"
 CASES = [
     ("classify.py", ["--rounds", "1"], [rf"classify  all:\s+median {_NUMBER} ms"]),
     ("detect.py", ["--sizes", "50", "--calls", "2"], [rf"empty call, whole \(ms\)\s+{_NUMBER}"]),
+    (
+        "detect.py",
+        ["--sizes", "50", "--calls", "2", "--per-call-only"],
+        [rf"empty call, whole \(ms\)\s+{_NUMBER}"],
+    ),
     ("network.py", ["--runs", "2", "--megabytes", "1"], [rf"through proxy\s+{_NUMBER} ms"]),
     (
         "overhead.py",
@@ -36,7 +41,11 @@ CASES = [
     (
         "staged.py",
         ["--runs", "1", "--clients", "2", "--per-client", "1"],
-        [rf"empty call \(true\)\s+median\s+{_NUMBER} ms", r"2 calls in .*, 0 not ok"],
+        [
+            rf"empty call \(true\)\s+median\s+{_NUMBER} ms",
+            r"2 calls in .*, 0 not ok",
+            rf"a bare durable SQLite commit: median\s+{_NUMBER} ms",
+        ],
     ),
     (
         "throughput.py",

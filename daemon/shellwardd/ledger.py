@@ -11,7 +11,8 @@ Choices, and why
   fsyncs the WAL), so ``planned`` and ``started`` are durable before the effect begins, and
   each is appended to ``transitions``, the call's history. A call with nothing to wait for
   writes both in one transaction (:meth:`~LedgerStore.record_started`): the same rows and
-  history, one durable commit instead of two.
+  history, one durable commit instead of two. So does a staged call's end: ``committed``
+  and its final state (:class:`Committed`; the journal stays the recovery point until then).
 - **The schema has a version, and start-up migrates it.** ``MIGRATIONS[i]`` takes version
   ``i`` to ``i + 1`` inside one transaction (on PostgreSQL under an advisory lock, so two
   daemons starting at once migrate once). A ledger newer than this daemon refuses the start:
@@ -201,6 +202,15 @@ _INTERRUPTED_BEFORE = (
 )
 
 
+@dataclass(frozen=True)
+class Committed:
+    """A staged call's writes were applied (at ``at``; ``detail``: "applied 3 path(s)"):
+    :meth:`LedgerStore.finish` records it with the final state, in one transaction."""
+
+    at: float
+    detail: str
+
+
 class KeyTaken(Exception):
     """A business idempotency key another step owns: ``holder`` is that step's call."""
 
@@ -224,7 +234,9 @@ class LedgerStore(Protocol):
 
     def record_started(self, entry: LedgerEntry, started_at: float) -> None: ...
 
-    def finish(self, entry: LedgerEntry, detail: str = "") -> None: ...
+    def finish(
+        self, entry: LedgerEntry, detail: str = "", committed: Committed | None = None
+    ) -> None: ...
 
     def transition(self, call_id: str, old: CallStatus, new: CallStatus, detail: str) -> bool: ...
 
@@ -374,17 +386,31 @@ class SqlLedger:
             (call_id, started_at, CallStatus.STARTED.value),
         )
 
-    def finish(self, entry: LedgerEntry, detail: str = "") -> None:
-        """Write a call's final state and outcome (status must be final)."""
+    def finish(
+        self, entry: LedgerEntry, detail: str = "", committed: Committed | None = None
+    ) -> None:
+        """Write a call's final state and outcome (status must be final). ``committed``: its
+        staged writes were applied; the row must still be ``committing`` (else nothing is
+        written: :class:`LedgerError`), and ``committed`` enters its history first."""
         if not entry.status.is_final:
             raise ValueError(f"finish() needs a final status, got {entry.status.value}")
         row = _entry_to_row(entry)
         assignments = ", ".join(f"{column} = ?" for column in _FINAL_COLUMNS)
+        values = (*(row[column] for column in _FINAL_COLUMNS), entry.call_id)
         with self._transaction() as db:
-            db.execute(
-                f"UPDATE calls SET {assignments} WHERE call_id = ?",
-                (*(row[column] for column in _FINAL_COLUMNS), entry.call_id),
-            )
+            if committed is None:
+                db.execute(f"UPDATE calls SET {assignments} WHERE call_id = ?", values)
+            else:
+                updated = db.execute(
+                    f"UPDATE calls SET {assignments} WHERE call_id = ? AND status = ?",
+                    (*values, CallStatus.COMMITTING.value),
+                ).rowcount
+                if updated != 1:
+                    raise LedgerError(f"call {entry.call_id} cannot end its commit: not committing")
+                db.execute(
+                    "INSERT INTO transitions (call_id, at, status, detail) VALUES (?, ?, ?, ?)",
+                    (entry.call_id, committed.at, CallStatus.COMMITTED.value, committed.detail),
+                )
             db.execute(
                 "INSERT INTO transitions (call_id, at, status, detail) VALUES (?, ?, ?, ?)",
                 (entry.call_id, entry.finished_at or time.time(), entry.status.value, detail),
@@ -836,8 +862,13 @@ def _entry_from_row(row: Any) -> LedgerEntry:
     )
 
 
+# A file effect's fields are all plain values: read them directly. `dataclasses.asdict`
+# deep-copies each one, and took 2.5 ms for a commit's 100 effects (0.6 ms this way).
+_EFFECT_FIELDS = tuple(field.name for field in dataclasses.fields(FileEffect))
+
+
 def _effect_to_json(effect: FileEffect) -> dict[str, Any]:
-    return {**dataclasses.asdict(effect), "kind": effect.kind.value}
+    return {**{name: getattr(effect, name) for name in _EFFECT_FIELDS}, "kind": effect.kind.value}
 
 
 def _effect_from_json(data: dict[str, Any]) -> FileEffect:

@@ -25,6 +25,7 @@ from shellwardd.ledger import (
     POSTGRES,
     SCHEMA_VERSION,
     SQLITE,
+    Committed,
     KeyTaken,
     LedgerStore,
     migrations,
@@ -117,6 +118,27 @@ def test_planned_and_started_in_one_commit_keep_the_same_history(store: Opener) 
     with pytest.raises(LedgerError):
         b.record_started(_entry("c1", step_id="s3"), time.time())
     assert len(a.transitions("c1")) == 2
+
+
+def test_a_commit_ends_with_its_final_state_in_one_write_and_only_once(store: Opener) -> None:
+    a, b = store("a"), store("b")
+    a.record_started(_entry("c1"), time.time())
+    done = _entry("c1", status=CallStatus.SUCCEEDED, finished_at=time.time() + 1)
+    # Not committing (no journal): ending a commit is refused, nothing written.
+    with pytest.raises(LedgerError, match="not committing"):
+        a.finish(done, committed=Committed(time.time(), "applied 2 path(s)"))
+    assert b.get("c1").status is CallStatus.STARTED  # type: ignore[union-attr]
+    a.begin_commit(done, '{"staged": "/x"}', "2 effect(s) staged")
+    a.finish(done, committed=Committed(time.time(), "applied 2 path(s)"))
+    assert b.get("c1").status is CallStatus.SUCCEEDED  # type: ignore[union-attr]
+    assert b.commits() == [] and a.commits() == []  # nothing left for a start-up to finish
+    assert [(t.status, t.detail) for t in b.transitions("c1")][2:] == [
+        (CallStatus.COMMITTING, "2 effect(s) staged"),
+        (CallStatus.COMMITTED, "applied 2 path(s)"),
+        (CallStatus.SUCCEEDED, ""),
+    ]
+    with pytest.raises(LedgerError, match="not committing"):  # the commit ended once
+        b.finish(done, committed=Committed(time.time(), "applied 2 path(s)"))
 
 
 def test_a_step_claimed_by_one_daemon_is_held_for_every_other(store: Opener) -> None:

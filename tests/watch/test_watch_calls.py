@@ -255,6 +255,34 @@ def test_removed_and_moved_directories(monitor: WorkspaceMonitor, ws: Path) -> N
     )
 
 
+def test_nested_and_renamed_directories_among_many_stay_exact(
+    monitor: WorkspaceMonitor, ws: Path
+) -> None:
+    # A call looks only at the subtrees its events covered: the directories beside them
+    # (here with names that share a prefix with the dirty ones) must neither be reported
+    # nor dropped from what a later call compares with.
+    for name in ("a", "ab", "a-b", "b"):
+        (ws / name / "in" / "deep").mkdir(parents=True)
+    monitor.flush()
+    assert summary(run(monitor, "mv a/in a/out && mkdir -p b/in/new/er")) == [
+        ("renamed", "a/out/deep/"),
+        ("created", "b/in/new/er/"),
+    ]
+    # Alone: a directory removed and one made in the same call may share an inode.
+    assert summary(run(monitor, "rm -r ab/in/deep")) == [("deleted", "ab/in/deep/")]
+    assert run(monitor, "true").effects == ()
+    assert summary(run(monitor, "rm -r a && rmdir a-b/in/deep b/in/new/er")) == [
+        ("deleted", "a-b/in/deep/"),
+        ("deleted", "a/"),
+        ("deleted", "b/in/new/er/"),
+    ]
+    assert summary(run(monitor, "mkdir a && rmdir ab/in a-b/in/")) == [
+        ("deleted", "a-b/in/"),
+        ("created", "a/"),
+        ("deleted", "ab/in/"),
+    ]
+
+
 def test_directories_from_before_the_call_or_made_and_gone_leave_nothing(
     monitor: WorkspaceMonitor, ws: Path
 ) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import shellwardd.watch
 from shellward.types import EffectKind, FileEffect
+from shellwardd.watch.dirset import DirectorySet
 from shellwardd.watch.effects import diff
 from shellwardd.watch.hashing import IndexEntry, content_hash, probe
 from shellwardd.watch.index import HashIndex
@@ -84,6 +85,29 @@ def test_diff_kinds_and_rename_pairing() -> None:
         FileEffect("new", EffectKind.CREATED, after_hash="sha256:" + hex_(b"A"), size=1),
         FileEffect("orig", EffectKind.DELETED, before_hash="sha256:" + hex_(b"K"), size=1),
     ]
+
+
+def test_a_directory_subtree_is_exact() -> None:
+    dirs = DirectorySet()
+    for inode, path in enumerate(["a", "a/b", "a/b/c", "ab", "ab/x", "z/deep/er"]):
+        dirs.add(path, inode)
+    # "ab" shares a prefix with "a" but is not below it; "z" is not a member, its
+    # descendant is (its parent was never listed, e.g. an ignored directory).
+    assert dirs.subtree(["a"]) == {"a", "a/b", "a/b/c"}
+    assert dirs.subtree(["a/b", "a"]) == {"a", "a/b", "a/b/c"}
+    assert dirs.subtree(["z"]) == {"z/deep/er"}
+    assert dirs.subtree(["missing", "a/b/c/d"]) == set()
+    assert dirs.subtree([""]) == set(dirs) and len(dirs) == 6
+    # Removing a member leaves its descendants found; removing the last one below a
+    # non-member ancestor unlinks that ancestor.
+    assert dirs.pop("a/b") == 1
+    assert dirs.subtree(["a"]) == {"a", "a/b/c"}
+    dirs.pop("z/deep/er")
+    assert dirs.subtree(["z"]) == set() and "z" not in dirs._children
+    dirs.add("a/b", 9)  # back, as a directory renamed to its old name would be
+    assert dirs.subtree(["a/b"]) == {"a/b", "a/b/c"}
+    dirs.add("a/b", 10)  # the same path, a new inode: replaced, not linked twice
+    assert dirs.pop("a/b") == 10 and dirs.subtree(["a"]) == {"a", "a/b/c"}
 
 
 def test_probe_files_links_and_others(tmp_path: Path) -> None:

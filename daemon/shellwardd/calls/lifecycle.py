@@ -58,13 +58,13 @@ from shellwardd.errors import (
     ShellwardError,
     Unavailable,
 )
-from shellwardd.ledger import KeyTaken, LedgerStore
+from shellwardd.ledger import Committed, KeyTaken, LedgerStore
 from shellwardd.outcomes import reconcile, refusal, result_from_entry
 from shellwardd.replay import Action, key_taken
 from shellwardd.requests import ToolRequest
 from shellwardd.staging import preview
 from shellwardd.staging.area import StagedDirs, StagingError
-from shellwardd.staging.stager import Stager
+from shellwardd.staging.stager import Settled, Stager
 from shellwardd.watch import CallEffects, CallWatch, WorkspaceMonitor
 from shellwardd.watch.detector import StagedView
 
@@ -277,6 +277,9 @@ class _Staged:
         self._view = view
         self._dirs = dirs
         self._settled = False
+        # What the final write must do (see Settled), once settled.
+        self.committed: Committed | None = None
+        self.recorded = False
 
     @property
     def previewed(self) -> bool:
@@ -284,12 +287,16 @@ class _Staged:
 
     def settle(self, final: LedgerEntry) -> LedgerEntry:
         self._settled = True  # whatever happens now, the commit journal or settle decides
-        return self._stager.settle(final, self._dirs, self._view, self._monitor)
+        return self._keep(self._stager.settle(final, self._dirs, self._view, self._monitor))
 
     def commit_preview(self, started: LedgerEntry) -> LedgerEntry:
         final, effects = preview.load(self._dirs.root, started)
         final = replace(final, finished_at=time.time())
-        return self._stager.settle(final, self._dirs, None, self._monitor, effects)
+        return self._keep(self._stager.settle(final, self._dirs, None, self._monitor, effects))
+
+    def _keep(self, settled: Settled) -> LedgerEntry:
+        self.committed, self.recorded = settled.committed, settled.recorded
+        return settled.entry
 
     def release(self) -> None:
         """Discard the overlay when no command ran in it (the call stopped before it
@@ -434,7 +441,7 @@ class Lifecycle:
                         listener.accepted(entry.call_id, verdict)
                         started = replace(entry, status=CallStatus.STARTED, started_at=started_at)
                         final = self._execute(execution, started, cancel, listener, window)
-                        return self._finish(final)
+                        return self._finish(final, window)
         if cancelled is not None:  # taking the slot consumed the cancel: run() ends the call
             self._tracker.cancel(entry.call_id, cancelled)
         refused = self._record_new(entry, "")
@@ -470,7 +477,7 @@ class Lifecycle:
                 return self._not_started(entry, exc)
             started = replace(entry, status=CallStatus.STARTED, started_at=started_at)
             final = self._execute(execution, started, cancel, listener, window)
-            return self._finish(final)
+            return self._finish(final, window)
 
     def _open_window(
         self,
@@ -561,9 +568,12 @@ class Lifecycle:
             return replace(final, note="; ".join(filter(None, [final.note, note])))
         return reconcile(final, effects) if effects is not None else final
 
-    def _finish(self, final: LedgerEntry) -> CommandResult:
+    def _finish(self, final: LedgerEntry, window: _Window | _Staged | None = None) -> CommandResult:
+        # A committed staged call's final state is written by its commit (see Settled).
+        staged = window if isinstance(window, _Staged) else None
         try:
-            self._ledger.finish(final)
+            if staged is None or not staged.recorded:
+                self._ledger.finish(final, committed=staged.committed if staged else None)
         except LedgerError as exc:
             log.error("final record failed", extra={"call_id": final.call_id,
                                                     "problem": exc.message})  # fmt: skip

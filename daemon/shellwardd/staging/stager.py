@@ -10,12 +10,16 @@ Choices, and why
   call is ``failed`` with CONFLICT, nothing is applied, and the sentence names the files
   and the directory.
 - **The journal is the ledger row.** Before the first path is applied the call's outcome
-  is written with status ``committing`` and the staging directory in ``commit_journal``;
-  once applied it becomes ``committed`` and then its final status. A crash in between
-  leaves the row ``committing``: :func:`finish_commits` applies what remains of the
-  upper layer at the next start-up (apply is idempotent per path) and records the final
-  status the journal names. Nothing is checked again at that point: the check was made
-  before the journal was written, and the workspace's owner is who changed it since.
+  is written with status ``committing`` and the staging directory in ``commit_journal``.
+  Once applied, the staging directory is moved away, then one transaction records
+  ``committed`` and the final status: one durable ledger commit after the apply, not two.
+  It is written while the write detector's window is still open, so that the observer
+  handles the commit's events meanwhile (the closing barrier waits for them). A crash in
+  between leaves the row ``committing``: :func:`finish_commits` applies what remains of
+  the upper layer at the next start-up (apply is idempotent per path; an upper already
+  moved away has nothing left) and records the final status the journal names. Nothing
+  is checked again at that point: the check was made before the journal was written, and
+  the workspace's owner is who changed it since.
 - **One commit at a time per workspace**: the commit runs in an exclusive window of the
   write detector, so its writes update the index like any call's and are never taken for
   another call's or for an external edit. It holds the window only while it checks and
@@ -29,14 +33,16 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from shellward.types import CallStatus, Code, FileEffect, LedgerEntry
-from shellwardd.ledger import LedgerStore
+from shellwardd.errors import LedgerError
+from shellwardd.ledger import Committed, LedgerStore
 from shellwardd.outcomes import reconcile
 from shellwardd.watch import CallEffects, WorkspaceMonitor
 from shellwardd.watch.detector import StagedView
+from shellwardd.watch.hashing import IndexEntry
 
 from . import preview
 from .area import StagedDirs, StagingArea
@@ -61,6 +67,17 @@ def owners(as_root: bool) -> OwnerOf:
         return st.st_uid, st.st_gid
 
     return owner_of
+
+
+@dataclass(frozen=True)
+class Settled:
+    """A staged call's final entry. ``recorded``: already written (a commit's end);
+    ``committed``: its writes were applied but that write failed, so the row is still
+    ``committing`` and the caller's final write must pass it to :meth:`LedgerStore.finish`."""
+
+    entry: LedgerEntry
+    committed: Committed | None = None
+    recorded: bool = False
 
 
 class Stager:
@@ -105,36 +122,42 @@ class Stager:
         view: StagedView | None,
         monitor: WorkspaceMonitor,
         effects: tuple[FileEffect, ...] | None = None,
-    ) -> LedgerEntry:
-        """The call's final entry once its staged writes are committed (the row is then
-        ``committed``), kept (a conflict) or discarded. ``effects``: already known (a
-        preview's), else read from the upper layer against ``view``."""
+    ) -> Settled:
+        """The call's final entry once its staged writes are applied (the row is then
+        ``committing`` until the final write, see :class:`Settled`), kept (a conflict) or
+        discarded. ``effects``: already known (a preview's), else read from the upper
+        layer against ``view``."""
         workspace = Path(final.workspace)
         if _cut_short(final):
             self.area.discard(dirs)
-            return _discarded(final)
+            return Settled(_discarded(final))
+        # The staged files' entries, for the write detector to take once they are moved in.
+        hashed: dict[str, IndexEntry] = {}
         try:
             if effects is None:
                 assert view is not None
-                effects = tuple(staged_effects(dirs.upper, workspace, view, self.area.fuse_markers))
+                effects = tuple(
+                    staged_effects(dirs.upper, workspace, view, self.area.fuse_markers, hashed)
+                )
         except (UpperRefused, OSError) as exc:
             self.area.discard(dirs)
-            return _refused(final, str(exc))
+            return Settled(_refused(final, str(exc)))
         if not effects:
             self.area.discard(dirs)
-            return reconcile(final, CallEffects(()))
+            return Settled(reconcile(final, CallEffects(())))
         window = monitor.begin_call(exclusive=True)
+        moved: dict[str, IndexEntry] = {}
         try:
             found = conflicts(workspace, effects)
             if not found:
                 try:
                     effects, found = keep_before_images(workspace, effects, self._blobs)
                 except BlobError as exc:
-                    return _refused(final, str(exc), keep=dirs.root)
+                    return Settled(_refused(final, str(exc), keep=dirs.root))
             if found:
                 log.warning("staged writes conflict", extra={"call_id": final.call_id,
                                                              "paths": found})  # fmt: skip
-                return _conflict(reconcile(final, CallEffects(effects)), found, dirs.root)
+                return Settled(_conflict(reconcile(final, CallEffects(effects)), found, dirs.root))
             committed = reconcile(final, CallEffects(effects))
             journal = json.dumps({"staged": str(dirs.root), "status": final.status.value})
             self._ledger.begin_commit(committed, journal, f"{len(effects)} effect(s) staged")
@@ -142,15 +165,21 @@ class Stager:
             applied = apply(
                 dirs.upper, workspace, self._owner_of(workspace), self.area.fuse_markers
             )
-            self._ledger.transition(
-                final.call_id, CallStatus.COMMITTING, CallStatus.COMMITTED,
-                f"applied {applied} path(s)",
-            )  # fmt: skip
+            moved = hashed
+            done = Committed(time.time(), f"applied {applied} path(s)")
+            # Before the final write: a crash after this finds no upper to apply again.
+            self.area.discard(dirs)
+            # A staged call ends when its writes are in the workspace.
+            entry = replace(committed, finished_at=time.time())
+            try:
+                self._ledger.finish(entry, committed=done)
+            except LedgerError as exc:
+                log.error("final record failed", extra={"call_id": entry.call_id,
+                                                        "problem": exc.message})  # fmt: skip
+                return Settled(entry, done)  # the caller's final write tries once more
         finally:
-            monitor.finish_call(window)
-        self.area.discard(dirs)
-        # A staged call ends when its writes are in the workspace.
-        return replace(committed, finished_at=time.time())
+            monitor.finish_call(window, written=moved)
+        return Settled(entry, recorded=True)
 
     def forget_uncommitted(self, call_ids: list[str]) -> None:
         """At start-up: the calls a crash left ``started`` (now ``uncertain``) that were
@@ -185,16 +214,15 @@ class Stager:
             staged = Path(record.get("staged") or self.area.path(entry.call_id))
             status = CallStatus(record.get("status", CallStatus.UNCERTAIN.value))
             workspace = Path(entry.workspace)
+            committed = None
             if entry.status is CallStatus.COMMITTING and (staged / "upper").is_dir():
                 applied = apply(
                     staged / "upper", workspace, self._owner_of(workspace), self.area.fuse_markers
                 )
-                self._ledger.transition(
-                    entry.call_id, CallStatus.COMMITTING, CallStatus.COMMITTED,
-                    f"applied {applied} remaining path(s) at start-up",
-                )  # fmt: skip
+                detail = f"applied {applied} remaining path(s) at start-up"
+                committed = Committed(time.time(), detail)
             done = replace(entry, status=status, finished_at=time.time())
-            self._ledger.finish(done, "commit finished at start-up")
+            self._ledger.finish(done, "commit finished at start-up", committed)
             StagingArea.discard_path(staged)
             finished.append(entry.call_id)
         return finished

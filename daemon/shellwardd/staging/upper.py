@@ -131,10 +131,15 @@ def is_opaque(path: str | Path, fuse_markers: bool = False) -> bool:
 
 
 def staged_effects(
-    upper: Path, workspace: Path, before: Before, fuse_markers: bool = False
+    upper: Path,
+    workspace: Path,
+    before: Before,
+    fuse_markers: bool = False,
+    hashed: dict[str, IndexEntry] | None = None,
 ) -> list[FileEffect]:
     """The call's effects: its upper layer against the workspace as it began
-    (``fuse_markers``: fuse-overlayfs made the upper)."""
+    (``fuse_markers``: fuse-overlayfs made the upper). ``hashed`` gets the entry of every
+    staged file read on the way (what the commit's window may take without reading it)."""
     states: dict[str, tuple[IndexEntry | None, IndexEntry | None]] = {}
     created_dirs: dict[str, int] = {}
     removed_dirs: dict[str, int] = {}
@@ -178,6 +183,8 @@ def staged_effects(
                     states[entry.path] = (before.file(entry.path), None)
             elif entry.kind == "opaque-dir":
                 remove_below(entry.path)
+    if hashed is not None:
+        hashed.update((path, after) for path, (_, after) in states.items() if after is not None)
     # What an opaque directory hid is deleted unless the upper holds it again.
     effects = diff(states, by_content=True)
     effects.extend(dir_effects(created_dirs, removed_dirs, effects))

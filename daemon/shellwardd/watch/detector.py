@@ -26,11 +26,12 @@ Choices, and why:
   ``CallEffects.overlapped`` says that effects may include the other calls' writes.
 - **Renames** are one RENAMED effect (see :mod:`.effects`).
 - **Directories** created or removed are effects (path ending in ``/``). The index holds
-  files only, so the monitor keeps the set of workspace directories beside it, in memory:
-  filled by the walk that builds or re-validates the index at start-up, and updated by
-  the same walks that find a call's (or an external edit's) changed files. A call's
-  directory effects are the difference, inside the subtrees its events covered, between
-  that set and what the walk lists now.
+  files only, so the monitor keeps the set of workspace directories beside it, in memory
+  (:mod:`.dirset`: with each one's children, so that a call looks only at the subtrees
+  its events covered, never at the whole set): filled by the walk that builds or
+  re-validates the index at start-up, and updated by the same walks that find a call's
+  (or an external edit's) changed files. A call's directory effects are the difference,
+  inside the subtrees its events covered, between that set and what the walk lists now.
 - **Writes into ``.git/``** (at any depth) give one effect per ``.git`` directory with
   path ``<dir>/.git/`` and no hashes: MODIFIED, or CREATED / DELETED when the directory
   itself appeared or went away during the call. Its files are not indexed.
@@ -48,6 +49,15 @@ Choices, and why:
   :class:`StagedView`, and every later index update first saves the entries it replaces
   there (copy on write: the cost grows with what changes during the call, not with the
   workspace).
+- **Commits** (a staged call's files moved into the workspace by a rename, in an
+  exclusive window) need not be read again when the window closes: ``finish_call(
+  written=...)`` takes each such file's entry as it was hashed in the upper layer, when
+  the file now has the same inode, size and mtime and that mtime is older than the
+  window's opening cookie. Any write after the rename gives the file an mtime at or after
+  the cookie's, so an editor racing the commit is read like any write. The rename
+  changes the ctime, so the index's own rule (ctime too) cannot vouch here: a writer that
+  also puts the old mtime back (``utime``, which only the file's owner may do) between
+  the rename and the window's close is not seen until the file changes again.
 - **External edits** (no call running) are applied to the index by a background thread
   shortly after they happen, and in any case before the next call starts.
 """
@@ -60,7 +70,7 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -68,9 +78,10 @@ from typing import Literal
 from shellward.types import EffectKind, FileEffect
 from shellwardd.errors import WatchError
 
+from .dirset import DirectorySet
 from .effects import diff, dir_effects
 from .gate import CallGate
-from .hashing import IndexEntry, Stamp, fs_stamp
+from .hashing import IndexEntry, Stamp, as_written, fs_stamp, stamp_of
 from .index import HashIndex, index_db_path
 from .observer import WorkspaceObserver
 from .paths import COOKIE_DIR, PathFilter, PathKind
@@ -134,13 +145,7 @@ class _Dirty:
     git: dict[str, bool] = field(default_factory=dict)
 
     def covers(self, path: str) -> bool:
-        if path in self.files or path in self.dirs:
-            return True
-        while path:
-            path = path.rpartition("/")[0]
-            if path in self.dirs:
-                return True
-        return "" in self.dirs
+        return path in self.files or _within(path, self.dirs)
 
 
 @dataclass(eq=False)
@@ -152,6 +157,8 @@ class _Call:
     overflows_at_begin: int | None = None
     lost: bool = False
     overlapped: bool = False
+    # The opening cookie's ctime: every write in the window is at or after it.
+    opened: Stamp | None = None
 
     def will_rescan(self, overflows: int) -> bool:
         """Whether ``finish_call`` will compare the whole workspace with the index.
@@ -240,7 +247,7 @@ class WorkspaceMonitor:
         self._synced_overflows = 0
         # Every INDEXED directory of the workspace but the root, with its inode (see
         # "Directories" above).
-        self._dirs: dict[str, int] = {}
+        self._dirs = DirectorySet()
         # The open staged calls' views (updated under _index_lock).
         self._staged: set[StagedView] = set()
 
@@ -359,8 +366,15 @@ class WorkspaceMonitor:
             self._staged.add(view)
         return view
 
-    def finish_call(self, watch: CallWatch) -> CallEffects:
-        """Close the call's window (the command has exited) and return what it changed."""
+    def finish_call(
+        self, watch: CallWatch, written: Mapping[str, IndexEntry] | None = None
+    ) -> CallEffects:
+        """Close the call's window (the command has exited) and return what it changed.
+
+        ``written``: files the caller moved into place by a rename in this window, each
+        with its entry hashed before the window opened (a commit's staged files): taken
+        as they are, without reading them again, unless something wrote them since (see
+        "Commits" above)."""
         with self._lock:
             call = self._open_calls.pop(watch.call_id)
         try:
@@ -380,7 +394,7 @@ class WorkspaceMonitor:
                     )
                     states = {p: (index.get(p), e) for p, e in changes.items()}
                 else:
-                    states = self._states(call.dirty, listed)
+                    states = self._states(call.dirty, listed, written or {}, call.opened)
                     changes = {p: a for p, (b, a) in states.items() if a != b}
                 effects = diff(states, from_rescan=lost)
                 created, removed = self._sync_dirs(None if lost else call.dirty.dirs, listed)
@@ -460,7 +474,10 @@ class WorkspaceMonitor:
         with self._lock:
             self._cookies[name] = cookie
             overflows = self._overflows
-        if self._observer is not None and self._write_cookie(name):
+        made = self._write_cookie(name) if self._observer is not None else None
+        if made is not None:
+            if opening and call is not None:
+                call.opened = stamp_of(made)
             deadline = time.monotonic() + self._barrier_timeout
             # Wake up now and then: an overflow may have dropped the cookie itself.
             while not cookie.arrived.wait(0.05):
@@ -476,16 +493,20 @@ class WorkspaceMonitor:
                 self._switch(call, opening=opening)
         return False
 
-    def _write_cookie(self, name: str) -> bool:
+    def _write_cookie(self, name: str) -> os.stat_result | None:
         for _ in range(2):
             try:
-                os.close(os.open(self._cookie_dir / name, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-                return True
+                fd = os.open(self._cookie_dir / name, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
             except FileNotFoundError:
                 self._ensure_cookie_dir()  # a command removed it (e.g. `git clean -fdx`)
+                continue
             except OSError:
-                return False
-        return False
+                return None
+            try:
+                return os.fstat(fd)
+            finally:
+                os.close(fd)
+        return None
 
     def _ensure_cookie_dir(self) -> None:
         self._cookie_dir.mkdir(parents=True, exist_ok=True)
@@ -537,10 +558,15 @@ class WorkspaceMonitor:
             raise WatchError(f"{self._root}: the index is not available ({self._note})")
 
     def _states(
-        self, dirty: _Dirty, listed: set[str]
+        self,
+        dirty: _Dirty,
+        listed: set[str],
+        written: Mapping[str, IndexEntry] | None = None,
+        opened: Stamp | None = None,
     ) -> dict[str, tuple[IndexEntry | None, IndexEntry | None]]:
         """Before (index) and after (disk) of every path ``dirty`` may cover; every
-        directory listed on the way is added to ``listed``."""
+        directory listed on the way is added to ``listed``. ``written`` (hashed before
+        ``opened``): see :meth:`finish_call`."""
         index = self._require_index()
         if not dirty.dirs and not dirty.files:
             return {}
@@ -560,8 +586,33 @@ class WorkspaceMonitor:
                 found[path] = st
         found.pop("", None)
         ordered = sorted(found)
-        after = probe_many(self._root, [(p, found[p]) for p in ordered], stamp)
-        return {p: (index.get(p), a) for p, a in zip(ordered, after, strict=True)}
+        after = self._as_written(found, written or {}, opened, stamp)
+        rest = [p for p in ordered if p not in after]
+        probed = probe_many(self._root, [(p, found[p]) for p in rest], stamp)
+        after.update(zip(rest, probed, strict=True))
+        return {p: (index.get(p), after[p]) for p in ordered}
+
+    def _as_written(
+        self,
+        found: dict[str, os.stat_result | None],
+        written: Mapping[str, IndexEntry],
+        opened: Stamp | None,
+        stamp: Stamp | None,
+    ) -> dict[str, IndexEntry | None]:
+        """The entries of the ``written`` files among ``found`` that nothing wrote since
+        (:func:`~.hashing.as_written`); the lstats taken on the way go into ``found``."""
+        vouched: dict[str, IndexEntry | None] = {}
+        for path, known in written.items():
+            if path not in found:
+                continue
+            now = found[path]
+            if now is None:
+                with contextlib.suppress(OSError):  # gone: probe() says so
+                    found[path] = now = os.lstat(join(self._root, path))
+            entry = as_written(now, known, opened, stamp) if now is not None else None
+            if entry is not None:
+                vouched[path] = entry
+        return vouched
 
     def _sync_dirs(
         self, roots: set[str] | None, listed: set[str]
@@ -573,14 +624,16 @@ class WorkspaceMonitor:
         if roots is None or "" in roots:
             before = set(self._dirs)
         else:
-            before = {d for d in self._dirs if any(_under(d, r) for r in roots)}
-            now = {d for d in now if any(_under(d, r) for r in roots)}
+            # Only the dirty subtrees: the cost follows what the call touched.
+            before = self._dirs.subtree(roots)
+            now = {d for d in now if _within(d, roots)}
         created: dict[str, int] = {}
         for d in sorted(now - before):
             with contextlib.suppress(OSError):  # gone since the walk: not created after all
                 created[d] = os.lstat(join(self._root, d)).st_ino
         removed = {d: self._dirs.pop(d) for d in sorted(before - now)}
-        self._dirs.update(created)
+        for d, inode in created.items():
+            self._dirs.add(d, inode)
         return created, removed
 
     def _stamp(self) -> Stamp | None:
@@ -691,5 +744,10 @@ class WorkspaceMonitor:
                 self._flush_external(None)
 
 
-def _under(path: str, root: str) -> bool:
-    return not root or path == root or path.startswith(root + "/")
+def _within(path: str, roots: set[str]) -> bool:
+    """Whether ``path`` is one of ``roots`` or below one (a step per level, not per root)."""
+    while path:
+        if path in roots:
+            return True
+        path = path.rpartition("/")[0]
+    return "" in roots

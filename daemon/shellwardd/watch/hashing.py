@@ -95,6 +95,11 @@ def fs_stamp(directory: str | os.PathLike[str]) -> Stamp | None:
         os.close(fd)
         with contextlib.suppress(OSError):
             os.unlink(path)
+    return stamp_of(st)
+
+
+def stamp_of(st: os.stat_result) -> Stamp | None:
+    """The stamp of a file just created (its ctime), or None (see :func:`fs_stamp`)."""
     if abs(st.st_ctime_ns - time.time_ns()) >= RACY_WINDOW_NS:
         return None
     return Stamp(st.st_dev, st.st_ctime_ns)
@@ -222,3 +227,23 @@ def content_hash(path: str | os.PathLike[str]) -> str:
         return DIR_HASH if stat.S_ISDIR(os.lstat(path).st_mode) else ""
     except OSError:
         return ""
+
+
+def as_written(
+    st: os.stat_result, written: IndexEntry, since: Stamp | None, stamp: Stamp | None
+) -> IndexEntry | None:
+    """``written``'s content for the file whose lstat is ``st``, without reading it; None
+    when that cannot be vouched for (read the file then).
+
+    ``written`` was hashed before ``since`` and the file then moved in place by a rename,
+    which keeps the inode, size and mtime (and changes the ctime). A write after ``since``
+    gives the file an mtime at or after it, so the same inode, size and mtime, with that
+    mtime older than ``since`` (in another tick), mean that nothing wrote it since.
+    """
+    if since is None or written.is_link or not stat.S_ISREG(st.st_mode):
+        return None
+    if st.st_dev != since.dev or written.mtime_ns >= since.ns:
+        return None
+    if (st.st_ino, st.st_size, st.st_mtime_ns) != (written.inode, written.size, written.mtime_ns):
+        return None
+    return _entry(st, written.digest, stamp)
