@@ -9,8 +9,8 @@ from pathlib import Path
 import shellwardd.watch
 from shellward.types import EffectKind, FileEffect
 from shellwardd.watch.dirset import DirectorySet
-from shellwardd.watch.effects import diff
-from shellwardd.watch.hashing import IndexEntry, content_hash, probe
+from shellwardd.watch.effects import diff, dir_effects
+from shellwardd.watch.hashing import DIR_HASH, IndexEntry, content_hash, probe
 from shellwardd.watch.index import HashIndex
 from shellwardd.watch.paths import PathFilter, PathKind, git_marker
 from shellwardd.watch.scan import stat_scan
@@ -84,6 +84,27 @@ def test_diff_kinds_and_rename_pairing() -> None:
         ),
         FileEffect("new", EffectKind.CREATED, after_hash="sha256:" + hex_(b"A"), size=1),
         FileEffect("orig", EffectKind.DELETED, before_hash="sha256:" + hex_(b"K"), size=1),
+    ]
+
+
+def test_a_removed_directory_is_reported_when_its_inode_comes_back_elsewhere() -> None:
+    """`rm -r ab/deep && mkdir -p b/new/er`: the file system may give `b/new` the inode
+    `ab/deep` had. The pair reads as a move, and a move into a directory holding other
+    effects is implied by them; the old path's departure is not, and is reported."""
+    deleted = FileEffect("ab/deep/", EffectKind.DELETED, DIR_HASH)
+    reused = dir_effects({"b": 1, "b/new": 7, "b/new/er": 2}, {"ab/deep": 7}, [])
+    assert deleted in reused and FileEffect("b/new/er/", EffectKind.CREATED, "", DIR_HASH) in reused
+    assert not any(e.kind is EffectKind.RENAMED for e in reused)
+    # An empty directory moved, then a file made in it: the file, and the old path gone.
+    created = FileEffect("new/f", EffectKind.CREATED, after_hash=sha(b"x"), size=1)
+    moved = dir_effects({"new": 7}, {"empty": 7}, [created])
+    assert moved == [FileEffect("empty/", EffectKind.DELETED, DIR_HASH)]
+    # A directory moved with its files: their renames say it all, as before.
+    file_moved = FileEffect("b/f", EffectKind.RENAMED, sha(b"x"), sha(b"x"), 1, renamed_from="a/f")
+    assert dir_effects({"b": 7}, {"a": 7}, [file_moved]) == []
+    # A move with nothing else under it stays one RENAMED.
+    assert dir_effects({"b": 7}, {"a": 7}, []) == [
+        FileEffect("b/", EffectKind.RENAMED, DIR_HASH, DIR_HASH, renamed_from="a/")
     ]
 
 

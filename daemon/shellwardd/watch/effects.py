@@ -132,10 +132,20 @@ def dir_effects(
     )
     every = (*files, *effects)
     holds_after = _parents(e.path for e in every if e.kind is not EffectKind.DELETED)
+    # A moved directory that holds other effects is implied by them where it is now, but
+    # not where it was: that path is reported gone. (The pair may not even be a move:
+    # `rm -r a && mkdir -p b/c` can give `b/` the inode `a/` had.)
+    effects = [
+        FileEffect(e.renamed_from, EffectKind.DELETED, DIR_HASH, from_rescan=from_rescan)
+        if e.kind is EffectKind.RENAMED and e.path in holds_after
+        else e
+        for e in effects
+    ]
     # A removed directory is left out under a removed directory, or when files removed
-    # from it already say so (`rm -rf tree` is the files' effects).
+    # or moved from it already say so (`rm -rf tree` is the files' effects).
     gone_dirs = {e.path for e in effects if e.kind is EffectKind.DELETED}
     emptied = _parents(e.path for e in files if e.kind is EffectKind.DELETED)
+    emptied |= _parents(e.renamed_from for e in (*files, *effects) if e.renamed_from)
     return [
         e
         for e in effects
