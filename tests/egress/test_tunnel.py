@@ -6,6 +6,7 @@ are covered by test_proxy.py); the servers are raw TCP listeners on the host's 1
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import os
@@ -22,6 +23,7 @@ import pytest
 
 from shellwardd.egress.policy import EgressPolicy
 from shellwardd.egress.proxy import CallEgress, EgressProxy, Resolver, system_resolver
+from shellwardd.egress.tunnel import copy_both_ways
 from tests.egress.conftest import NAME
 from tests.helpers import wait_for
 
@@ -143,6 +145,46 @@ def test_bytes_sent_with_the_connect_line_are_not_lost(
     proxy.close_call(call)
     assert received == [early + later]
     assert call.effects()[0].bytes_sent == len(early) + len(later)
+
+
+def test_held_bytes_a_server_cannot_take_at_once_still_go_first() -> None:
+    # The event loop sends what the server's socket takes at once of what the proxy held;
+    # the copying thread sends the rest before anything the client sends later. Here the
+    # socket takes a few kilobytes of a megabyte, and the server answers 4 MB before it
+    # reads a byte: everything arrives once, in order, and the loop never waits for it.
+    client, command = socket.socketpair()
+    upstream, server = socket.socketpair()
+    upstream.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    for end in (client, upstream):
+        end.setblocking(False)
+    first, later, down = _pattern(MB, b"held"), _pattern(MB, b"later"), _pattern(4 * MB, b"down")
+    received: list[bytes] = []
+    answer: list[bytes] = []
+
+    def serve() -> None:
+        server.sendall(down)
+        received.append(_read_all(server))
+        server.shutdown(socket.SHUT_WR)
+
+    def ask() -> None:
+        command.sendall(later)
+        command.shutdown(socket.SHUT_WR)
+
+    threads = [
+        threading.Thread(target=serve),
+        threading.Thread(target=ask),
+        threading.Thread(target=lambda: answer.append(_read_all(command))),
+    ]
+    for thread in threads:
+        thread.start()
+    counts = [0, 0]
+    asyncio.run(asyncio.wait_for(copy_both_ways(client, upstream, first, counts), 30))
+    for thread in threads:
+        thread.join(30)
+    for end in (client, command, upstream, server):
+        end.close()
+    assert received == [first + later] and answer == [down]
+    assert counts == [len(first + later), len(down)]
 
 
 def test_a_half_close_still_gets_the_response(

@@ -16,7 +16,14 @@ Choices, and why:
   ``sendall`` with a preallocated buffer in threads 2.6 to 2.9, splicing on the event
   loop (non-blocking, woken by readiness) 1.6.
 - **What the proxy already holds goes first** (``first``: a forwarded request head, a
-  ClientHello and whatever the client sent behind it), by ``sendall``, then the splicing.
+  ClientHello and whatever the client sent behind it), then the splicing. The event loop
+  sends what the server's socket takes at once (all of a ClientHello), before any thread
+  is asked to copy: the server starts on its answer while the threads wake, instead of
+  after one has (on a busy machine, or a virtual one whose idle CPU must be woken, each
+  wake-up on the way is a fraction of a millisecond). The loop never waits for the
+  server: what it cannot take at once, the upward thread sends by ``sendall`` before it
+  splices, as the downward one copies the server's answer (a server that answers before
+  it reads the whole request does not hold up the tunnel).
 - **Counts are bytes that reached the other side**, added as each splice out of the pipe
   returns: a transfer cut short records what was sent, not what was read.
 - **Ending.** The server's end (end of stream or an error) ends the tunnel: the client
@@ -64,9 +71,14 @@ async def copy_both_ways(
     the call ends (cancelled), adding to counts [to upstream, from it]. The sockets stay the
     caller's (to close); nothing else may read or write them meanwhile."""
     loop = asyncio.get_running_loop()
+    sent = 0
+    if first:
+        with contextlib.suppress(OSError):  # full, or the server is gone: the thread tries
+            sent = upstream.send(first)  # non-blocking: what the socket takes now
+        counts[0] += sent
     for sock in (client, upstream):
         sock.setblocking(True)  # the threads block in the kernel, not the loop
-    upward = _start(loop, client, upstream, first, counts, 0)
+    upward = _start(loop, client, upstream, first[sent:], counts, 0)
     downward = _start(loop, upstream, client, b"", counts, 1)
     try:
         # Not the server's end alone: a server that half-closes first (it has sent all)
