@@ -6,6 +6,7 @@ are covered by test_proxy.py); the servers are raw TCP listeners on the host's 1
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import os
@@ -15,12 +16,14 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import closing
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from shellwardd.egress.policy import EgressPolicy
-from shellwardd.egress.proxy import CallEgress, EgressProxy, system_resolver
+from shellwardd.egress.proxy import CallEgress, EgressProxy, Resolver, system_resolver
+from shellwardd.egress.tunnel import copy_both_ways
 from tests.egress.conftest import NAME
 from tests.helpers import wait_for
 
@@ -57,13 +60,19 @@ def upstream() -> Iterator[Callable[[Handler], int]]:
         listener.close()
 
 
-def _tunnel(call: CallEgress, port: int, early: bytes = b"") -> socket.socket:
+def _tunnel(call: CallEgress, port: int, early: bytes = b"", host: str = NAME) -> socket.socket:
     """A client through the call's proxy; ``early`` is sent with the CONNECT line."""
+    client = _connect(call, host, port, early)
+    assert _read_exactly(client, 39) == b"HTTP/1.1 200 Connection established\r\n\r\n"
+    return client
+
+
+def _connect(call: CallEgress, host: str, port: int, early: bytes = b"") -> socket.socket:
+    """A client that has asked the call's proxy for a tunnel, its answer unread."""
     client = socket.socket(socket.AF_UNIX)
     client.settimeout(30)
     client.connect(str(call.socket_path))
-    client.sendall(f"CONNECT {NAME}:{port} HTTP/1.1\r\n\r\n".encode() + early)
-    assert _read_exactly(client, 39) == b"HTTP/1.1 200 Connection established\r\n\r\n"
+    client.sendall(f"CONNECT {host}:{port} HTTP/1.1\r\n\r\n".encode() + early)
     return client
 
 
@@ -138,6 +147,46 @@ def test_bytes_sent_with_the_connect_line_are_not_lost(
     assert call.effects()[0].bytes_sent == len(early) + len(later)
 
 
+def test_held_bytes_a_server_cannot_take_at_once_still_go_first() -> None:
+    # The event loop sends what the server's socket takes at once of what the proxy held;
+    # the copying thread sends the rest before anything the client sends later. Here the
+    # socket takes a few kilobytes of a megabyte, and the server answers 4 MB before it
+    # reads a byte: everything arrives once, in order, and the loop never waits for it.
+    client, command = socket.socketpair()
+    upstream, server = socket.socketpair()
+    upstream.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    for end in (client, upstream):
+        end.setblocking(False)
+    first, later, down = _pattern(MB, b"held"), _pattern(MB, b"later"), _pattern(4 * MB, b"down")
+    received: list[bytes] = []
+    answer: list[bytes] = []
+
+    def serve() -> None:
+        server.sendall(down)
+        received.append(_read_all(server))
+        server.shutdown(socket.SHUT_WR)
+
+    def ask() -> None:
+        command.sendall(later)
+        command.shutdown(socket.SHUT_WR)
+
+    threads = [
+        threading.Thread(target=serve),
+        threading.Thread(target=ask),
+        threading.Thread(target=lambda: answer.append(_read_all(command))),
+    ]
+    for thread in threads:
+        thread.start()
+    counts = [0, 0]
+    asyncio.run(asyncio.wait_for(copy_both_ways(client, upstream, first, counts), 30))
+    for thread in threads:
+        thread.join(30)
+    for end in (client, command, upstream, server):
+        end.close()
+    assert received == [first + later] and answer == [down]
+    assert counts == [len(first + later), len(down)]
+
+
 def test_a_half_close_still_gets_the_response(
     proxy: EgressProxy, upstream: Callable[[Handler], int]
 ) -> None:
@@ -203,6 +252,80 @@ def test_closing_the_proxy_ends_open_tunnels(
     wait_for(lambda: _tunnel_threads() == [])
     assert call.effects()[0].bytes_received > 0
     client.close()
+
+
+def test_a_tunnel_takes_the_threads_of_one_that_ended(
+    proxy: EgressProxy, upstream: Callable[[Handler], int]
+) -> None:
+    # Two threads started per connection held up every handshake: an ended tunnel's
+    # threads wait for the next one instead, holding no descriptor of the last.
+    held = threading.Event()
+
+    def second(conn: socket.socket) -> None:
+        conn.sendall(b"two")
+        held.wait(10)
+
+    first_port, second_port = upstream(lambda conn: conn.sendall(b"one")), upstream(second)
+    call = proxy.open(OPERATOR)
+    before = _open_fds()
+    with closing(_tunnel(call, first_port)) as client:
+        assert _read_all(client) == b"one"
+    wait_for(lambda: _tunnel_threads() == [])
+    wait_for(lambda: not _open_fds().items() - before.items())
+    waiting = [t for t in threading.enumerate() if t.name == "egress-tunnel (idle)"]
+    assert len(waiting) >= 2
+    with closing(_tunnel(call, second_port)) as client:
+        assert _read_exactly(client, 3) == b"two"
+        wait_for(lambda: len(_tunnel_threads()) == 2)
+        copying = _tunnel_threads()
+        held.set()
+        assert _read_all(client) == b""
+    assert set(copying) <= set(waiting)
+    proxy.close_call(call)
+    assert [e.bytes_received for e in call.effects()] == [3, 3]
+
+
+def test_an_address_or_a_pinned_name_needs_no_lookup() -> None:
+    asked: list[str] = []
+
+    def lookup(host: str, port: int) -> list[str]:
+        asked.append(host)
+        return ["203.0.113.9"]
+
+    resolver = Resolver({NAME: "127.0.0.1"}, lookup)
+    assert resolver.known(NAME) == ["127.0.0.1"]
+    assert resolver.known("127.0.0.1") == ["127.0.0.1"]
+    assert resolver.known("2001:0db8::1") == ["2001:db8::1"]
+    # Names, and looser spellings of an address, are the lookup's to answer (as before).
+    assert resolver.known("other.test") is None and resolver.known("127.1") is None
+    assert asked == []
+
+
+def test_what_the_lookup_answers_is_still_checked(upstream: Callable[[Handler], int]) -> None:
+    # Only names that are neither pinned nor addresses reach the lookup (in a worker
+    # thread), and its answer is checked before any connection: here a private address.
+    asked: list[str] = []
+
+    def lookup(host: str, port: int) -> list[str]:
+        asked.append(host)
+        return ["10.1.2.3"]
+
+    egress = EgressProxy(Resolver({NAME: "127.0.0.1"}, lookup))
+    try:
+        call = egress.open(replace(OPERATOR, domains=frozenset({"other.test"})))
+        for host, said in ((NAME, b"pinned"), ("127.0.0.1", b"address")):
+            port = upstream(lambda conn, said=said: conn.sendall(said))
+            with closing(_tunnel(call, port, host=host)) as client:
+                assert _read_all(client) == said
+        with closing(_connect(call, "other.test", 443)) as client:
+            assert _read_all(client).startswith(b"HTTP/1.1 403 ")
+        egress.close_call(call)
+    finally:
+        egress.close()
+    assert asked == ["other.test"]
+    refused = call.effects()[-1]
+    assert (refused.host, refused.address) == ("other.test", "10.1.2.3")
+    assert "private" in refused.refused
 
 
 def test_effects_are_in_the_order_the_connections_were_asked_for(

@@ -18,6 +18,7 @@ Choices, and why:
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -35,6 +36,9 @@ def normal_host(host: str) -> str:
     return host.strip().strip("[]").rstrip(".").lower()
 
 
+# Asked for every entry of a call's list on every connection; a name is the slow answer
+# (ipaddress raises, twice), tens of microseconds each.
+@functools.lru_cache(maxsize=4096)
 def as_network(entry: str) -> Network | None:
     """An entry that names an address or a network, else None (a domain)."""
     try:

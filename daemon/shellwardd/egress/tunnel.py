@@ -16,7 +16,14 @@ Choices, and why:
   ``sendall`` with a preallocated buffer in threads 2.6 to 2.9, splicing on the event
   loop (non-blocking, woken by readiness) 1.6.
 - **What the proxy already holds goes first** (``first``: a forwarded request head, a
-  ClientHello and whatever the client sent behind it), by ``sendall``, then the splicing.
+  ClientHello and whatever the client sent behind it), then the splicing. The event loop
+  sends what the server's socket takes at once (all of a ClientHello), before any thread
+  is asked to copy: the server starts on its answer while the threads wake, instead of
+  after one has (on a busy machine, or a virtual one whose idle CPU must be woken, each
+  wake-up on the way is a fraction of a millisecond). The loop never waits for the
+  server: what it cannot take at once, the upward thread sends by ``sendall`` before it
+  splices, as the downward one copies the server's answer (a server that answers before
+  it reads the whole request does not hold up the tunnel).
 - **Counts are bytes that reached the other side**, added as each splice out of the pipe
   returns: a transfer cut short records what was sent, not what was read.
 - **Ending.** The server's end (end of stream or an error) ends the tunnel: the client
@@ -29,6 +36,14 @@ Choices, and why:
 - **Each thread works on duplicates of the two descriptors** and closes them itself as
   it ends: the proxy may close its own sockets at any time without a thread ever
   splicing into a descriptor number that was closed and reused.
+- **Threads are kept for the next tunnel** (:class:`_Workers`): one that has finished
+  its copy waits up to :data:`_IDLE_SECONDS` for another, instead of a thread started and
+  ended per direction and connection. Starting one blocks the event loop until it runs
+  (about 50 µs each, two per tunnel, more on a busy machine), which every HTTPS
+  connection paid before its handshake could pass. Never a bounded pool: a tunnel
+  whose second direction waited for a free thread would wait for ever. A waiting thread
+  holds no descriptor; it is named ``egress-tunnel (idle)``, a copying one
+  ``egress-tunnel``.
 """
 
 from __future__ import annotations
@@ -37,11 +52,16 @@ import asyncio
 import contextlib
 import fcntl
 import os
+import queue
 import socket
 import threading
+from collections.abc import Callable
 
 # The default /proc/sys/fs/pipe-max-size: one splice moves up to this much.
 _PIPE_SIZE = 1 << 20
+# How long a thread whose tunnel has ended waits for the next one before it ends.
+_IDLE_SECONDS = 60.0
+_BUSY, _IDLE = "egress-tunnel", "egress-tunnel (idle)"
 
 
 async def copy_both_ways(
@@ -51,9 +71,14 @@ async def copy_both_ways(
     the call ends (cancelled), adding to counts [to upstream, from it]. The sockets stay the
     caller's (to close); nothing else may read or write them meanwhile."""
     loop = asyncio.get_running_loop()
+    sent = 0
+    if first:
+        with contextlib.suppress(OSError):  # full, or the server is gone: the thread tries
+            sent = upstream.send(first)  # non-blocking: what the socket takes now
+        counts[0] += sent
     for sock in (client, upstream):
         sock.setblocking(True)  # the threads block in the kernel, not the loop
-    upward = _start(loop, client, upstream, first, counts, 0)
+    upward = _start(loop, client, upstream, first[sent:], counts, 0)
     downward = _start(loop, upstream, client, b"", counts, 1)
     try:
         # Not the server's end alone: a server that half-closes first (it has sent all)
@@ -87,8 +112,56 @@ def _start(
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(_settle, done)
 
-    threading.Thread(target=run, name="egress-tunnel", daemon=True).start()
+    _workers.run(run)
     return done
+
+
+class _Workers:
+    """Threads that run one job each at a time, kept a while for the next job."""
+
+    def __init__(self, idle_seconds: float) -> None:
+        self._idle_seconds = idle_seconds
+        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        # Waiting threads that no job has been promised to.
+        self._idle = 0
+
+    def run(self, job: Callable[[], None]) -> None:
+        """Run ``job`` at once: in a waiting thread, or in a new one if none waits."""
+        with self._lock:
+            if self._idle:
+                self._idle -= 1
+                self._jobs.put(job)
+                return
+        threading.Thread(target=self._work, args=(job,), name=_BUSY, daemon=True).start()
+
+    def _work(self, job: Callable[[], None]) -> None:
+        thread = threading.current_thread()
+        while True:
+            job()
+            thread.name = _IDLE
+            with self._lock:
+                self._idle += 1
+            next_job = self._next()
+            if next_job is None:
+                return
+            thread.name = _BUSY
+            job = next_job
+
+    def _next(self) -> Callable[[], None] | None:
+        """The next job, or None once this thread may end."""
+        while True:
+            try:
+                return self._jobs.get(timeout=self._idle_seconds)
+            except queue.Empty:
+                with self._lock:
+                    if self._idle:  # no job is promised to the waiting threads: go
+                        self._idle -= 1
+                        return None
+                # One was promised as this thread gave up waiting: it is in the queue.
+
+
+_workers = _Workers(_IDLE_SECONDS)
 
 
 def _settle(done: asyncio.Future[None]) -> None:
