@@ -263,7 +263,8 @@ class WorkspaceMonitor:
     def start(self) -> None:
         """Watch the workspace, then build or re-validate the index in the background."""
         self._ensure_cookie_dir()
-        self._observer = self._new_observer()
+        # Only the root for now: the build's walk adds the other watches as it goes.
+        self._observer = self._new_observer(deferred=True)
         for target, name in ((self._build, "index"), (self._flush_loop, "flush")):
             thread = threading.Thread(target=target, name=f"shellward-{name}", daemon=True)
             self._threads.append(thread)
@@ -501,8 +502,8 @@ class WorkspaceMonitor:
             return _NOTE_OVERFLOW
         return _NOTE_TIMEOUT
 
-    def _new_observer(self) -> WorkspaceObserver | None:
-        observer = WorkspaceObserver(self.root, self._filter, self)
+    def _new_observer(self, *, deferred: bool = False) -> WorkspaceObserver | None:
+        observer = WorkspaceObserver(self.root, self._filter, self, deferred=deferred)
         try:
             observer.start()
         except OSError as exc:
@@ -656,6 +657,7 @@ class WorkspaceMonitor:
                     self._stamp(),
                     on_progress=self._progress,
                     listed=listed,
+                    watch=self._observer,
                 )
                 index.update(changes)
                 self._sync_dirs(None, listed)
