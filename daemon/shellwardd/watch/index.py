@@ -150,12 +150,17 @@ class _Columns:
             # No slot was overwritten or dropped since the columns were built, so the
             # paths are in slot order and the columns are the snapshot's as they are.
             fields: Iterable[Iterable[int]] = self.fields
-            digests: Iterable[bytes] = map(self.digest, range(len(self)))
+            digests = self._digests()
         else:
             order = list(slots.values())
             fields = [list(map(column.__getitem__, order)) for column in self.fields]
-            digests = map(self.digest, order)
-        return _pack(list(slots), fields, list(digests))
+            digests = list(map(self._digests().__getitem__, order))
+        return _pack(list(slots), fields, digests)
+
+    def _digests(self) -> list[bytes]:
+        """Every slot's digest, in slot order."""
+        blob = self._blob
+        return [blob[start:end] for start, end in itertools.pairwise(self._ends)] + self._added
 
 
 def _pack(paths: Collection[str], fields: Iterable[Iterable[int]], digests: list[bytes]) -> bytes:
