@@ -16,6 +16,10 @@ Choices, and why:
   cookie, so no event can fall between two dirty sets. A move out of the workspace is
   held 0.5 s by watchdog (waiting for a matching move-in) and the closing cookie waits
   behind it: such a call takes 0.5 s longer and is still complete.
+- **Start-up walks the tree once.** The observer starts with the root watched, and the
+  walk that builds or re-validates the index adds each directory's watch just before it
+  lists it (see :mod:`.observer`); an observer that replaces one after lost events
+  watches the whole tree before the rescan instead.
 - **Calls before the index is ready** wait in ``begin_call`` until it is (or raise
   :class:`IndexNotReady` after ``timeout``): before that the index has no before-state
   for the files not yet hashed, and guessing one could report a wrong effect.

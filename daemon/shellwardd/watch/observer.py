@@ -19,8 +19,9 @@ Three things watchdog does not do for us are done here:
 - Running out of watches. Watchdog swallows the ENOSPC of every watch below the root
   (a directory left unwatched without a word); ``add_callback`` is wrapped to see it.
 - A second walk of the tree. Watchdog walks the whole tree to add its watches, before
-  the index build walks it again (0.16 s of a 100k-file restart, most of it the walk:
-  ``os.walk`` makes a ``DirEntry`` per file and lstats every directory once more). An
+  the index build walks it again (0.16 s of a 100k-file restart on a quiet machine;
+  adding the watches alone is about a third of it: ``os.walk`` makes a ``DirEntry`` per
+  file and lstats every directory once more). An
   observer started with ``deferred=True`` watches only the root; the walk that builds
   or re-validates the index adds each directory's watch just before it lists that
   directory (:meth:`WorkspaceObserver.watch_dir`), and hands every subtree it does not
