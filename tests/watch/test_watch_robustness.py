@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import itertools
 import os
 import random
 import shlex
@@ -373,13 +374,19 @@ def test_a_file_name_that_is_not_utf8_does_not_stop_the_detector(ws: Path, state
         again.stop()
 
 
+@pytest.mark.parametrize("edit_after", [10, None], ids=["midway", "at-the-end"])
 @pytest.mark.parametrize("restart", [False, True], ids=["cold", "warm"])
 def test_edits_racing_the_start_up_walk_are_not_lost(
-    ws: Path, state_dir: Path, monkeypatch: pytest.MonkeyPatch, restart: bool
+    ws: Path,
+    state_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    restart: bool,
+    edit_after: int | None,
 ) -> None:
     """The start-up walk adds each directory's watch as it lists it (no second walk in
-    watchdog): every edit made after a directory was listed, before the index is ready,
-    must still reach the index (as an event), in every directory of the tree."""
+    watchdog): every edit made before the index is ready must reach it, whether its
+    directory was listed before it (then only an event tells) or after it, midway
+    through the walk (10 of its 21 directories listed) or once it has listed them all."""
     fill(ws, 60, per_dir=6)
     for i in range(10):
         (ws / f"d{i:03d}" / "deeper").mkdir()
@@ -390,7 +397,6 @@ def test_edits_racing_the_start_up_walk_are_not_lost(
         assert first.wait_ready(30)
         first.stop()
     real_walk_dirs = scan.walk_dirs
-
     edited = []
 
     def listed_then_edited(
@@ -400,8 +406,12 @@ def test_edits_racing_the_start_up_walk_are_not_lost(
         listed: set[str] | None = None,
         watch: scan.TreeWatch | None = None,
     ) -> Iterator[tuple[list[str], list[os.stat_result]]]:
-        found = list(real_walk_dirs(root, pfilter, start, listed, watch))
-        if watch is not None:  # the start-up walk: every directory listed by now
+        walk = real_walk_dirs(root, pfilter, start, listed, watch)
+        if watch is None:  # not the start-up walk
+            yield from walk
+            return
+        yield from itertools.islice(walk, edit_after)  # None: every directory
+        if not edited:
             edited.append(True)
             for i in range(10):
                 d = ws / f"d{i:03d}"
@@ -412,7 +422,7 @@ def test_edits_racing_the_start_up_walk_are_not_lost(
                 (d / "new" / "sub").mkdir(parents=True)
                 (d / "new" / "sub" / "g").write_bytes(b"in a new directory")
             (ws / "d000" / "deeper").rename(ws / "d009" / "moved")
-        yield from found
+        yield from walk
 
     monkeypatch.setattr(scan, "walk_dirs", listed_then_edited)
     monitor = WorkspaceMonitor(ws, state_dir)
@@ -447,5 +457,35 @@ def test_a_restart_watches_the_git_directories_its_walk_does_not_enter(
         effects = run(monitor, "printf 2 > src/nested/.git/refs/heads/main")
         assert summary(effects) == [("modified", "src/nested/.git/")]
         assert not effects.from_rescan
+    finally:
+        monitor.stop()
+
+
+def test_a_file_created_right_after_its_directory_is_listed_is_not_lost(
+    ws: Path, state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A directory's watch must be in place before the start-up walk lists it: a file
+    created between the listing and a watch added after it would be in neither."""
+    fill(ws, 20, per_dir=5)
+    real_listdir = os.listdir
+    created = []
+
+    def listdir_then_create(path: str) -> list[str]:
+        names = real_listdir(path)
+        directory = Path(path)
+        in_build = threading.current_thread().name == "shellward-index"
+        if in_build and directory.parent == ws and directory.name != ".shellward":
+            (directory / "created-after-listing").write_bytes(b"x")
+            created.append(f"{directory.name}/created-after-listing")
+        return names
+
+    monkeypatch.setattr(os, "listdir", listdir_then_create)
+    monitor = WorkspaceMonitor(ws, state_dir)
+    monitor.start()
+    try:
+        assert monitor.wait_ready(30)
+        monitor.flush()
+        assert len(created) == 4 and set(created) <= set(monitor.snapshot())
+        assert index_state(monitor) == disk_state(ws)
     finally:
         monitor.stop()
