@@ -4,20 +4,21 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import itertools
 import os
 import random
 import shlex
 import shutil
 import subprocess
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from watchdog.observers import inotify_c
 
 from shellward.types import EffectKind, FileEffect
-from shellwardd.watch import CallEffects, CallWatch, IndexProgress, WorkspaceMonitor, detector
+from shellwardd.watch import CallEffects, CallWatch, IndexProgress, WorkspaceMonitor, detector, scan
 from shellwardd.watch.hashing import IndexEntry, Stamp, probe
 from shellwardd.watch.paths import PathFilter
 from shellwardd.watch.scan import walk
@@ -371,3 +372,120 @@ def test_a_file_name_that_is_not_utf8_does_not_stop_the_detector(ws: Path, state
         assert held[second_name].hash == sha(b"x")
     finally:
         again.stop()
+
+
+@pytest.mark.parametrize("edit_after", [10, None], ids=["midway", "at-the-end"])
+@pytest.mark.parametrize("restart", [False, True], ids=["cold", "warm"])
+def test_edits_racing_the_start_up_walk_are_not_lost(
+    ws: Path,
+    state_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    restart: bool,
+    edit_after: int | None,
+) -> None:
+    """The start-up walk adds each directory's watch as it lists it (no second walk in
+    watchdog): every edit made before the index is ready must reach it, whether its
+    directory was listed before it (then only an event tells) or after it, midway
+    through the walk (10 of its 21 directories listed) or once it has listed them all."""
+    fill(ws, 60, per_dir=6)
+    for i in range(10):
+        (ws / f"d{i:03d}" / "deeper").mkdir()
+        (ws / f"d{i:03d}" / "deeper" / "leaf").write_bytes(b"leaf")
+    if restart:
+        first = WorkspaceMonitor(ws, state_dir)
+        first.start()
+        assert first.wait_ready(30)
+        first.stop()
+    real_walk_dirs = scan.walk_dirs
+    edited = []
+
+    def listed_then_edited(
+        root: str,
+        pfilter: PathFilter,
+        start: str = "",
+        listed: set[str] | None = None,
+        watch: scan.TreeWatch | None = None,
+    ) -> Iterator[tuple[list[str], list[os.stat_result]]]:
+        walk = real_walk_dirs(root, pfilter, start, listed, watch)
+        if watch is None:  # not the start-up walk
+            yield from walk
+            return
+        yield from itertools.islice(walk, edit_after)  # None: every directory
+        if not edited:
+            edited.append(True)
+            for i in range(10):
+                d = ws / f"d{i:03d}"
+                (d / f"f{i * 6:05d}.txt").write_bytes(b"changed after the listing")
+                (d / f"f{i * 6 + 1:05d}.txt").unlink()
+                (d / "late").write_bytes(b"late")
+                (d / "deeper" / "leaf").write_bytes(b"leaf, changed")
+                (d / "new" / "sub").mkdir(parents=True)
+                (d / "new" / "sub" / "g").write_bytes(b"in a new directory")
+            (ws / "d000" / "deeper").rename(ws / "d009" / "moved")
+        yield from walk
+
+    monkeypatch.setattr(scan, "walk_dirs", listed_then_edited)
+    monitor = WorkspaceMonitor(ws, state_dir)
+    monitor.start()
+    try:
+        assert monitor.wait_ready(30)
+        monitor.flush()
+        assert edited and monitor.progress().state == "ready"
+        assert index_state(monitor) == disk_state(ws)
+        # Nothing of it is left for the next call either.
+        assert summary(run(monitor, "printf x > later")) == [("created", "later")]
+    finally:
+        monitor.stop()
+
+
+def test_a_restart_watches_the_git_directories_its_walk_does_not_enter(
+    ws: Path, state_dir: Path
+) -> None:
+    """``.git`` directories (and the cookie directory) are left out of the index walk;
+    their watches come from watchdog's own walk of each, at start-up."""
+    (ws / "src").mkdir()
+    (ws / "src" / "a").write_bytes(b"a")
+    for repo in (ws, ws / "src" / "nested"):
+        (repo / ".git" / "refs" / "heads").mkdir(parents=True)
+        (repo / ".git" / "refs" / "heads" / "main").write_bytes(b"1\n")
+    monitor = WorkspaceMonitor(ws, state_dir)
+    monitor.start()
+    try:
+        assert monitor.wait_ready(30)
+        effects = run(monitor, "printf 2 > .git/refs/heads/main")
+        assert summary(effects) == [("modified", ".git/")] and not effects.from_rescan
+        effects = run(monitor, "printf 2 > src/nested/.git/refs/heads/main")
+        assert summary(effects) == [("modified", "src/nested/.git/")]
+        assert not effects.from_rescan
+    finally:
+        monitor.stop()
+
+
+def test_a_file_created_right_after_its_directory_is_listed_is_not_lost(
+    ws: Path, state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A directory's watch must be in place before the start-up walk lists it: a file
+    created between the listing and a watch added after it would be in neither."""
+    fill(ws, 20, per_dir=5)
+    real_listdir = os.listdir
+    created = []
+
+    def listdir_then_create(path: str) -> list[str]:
+        names = real_listdir(path)
+        directory = Path(path)
+        in_build = threading.current_thread().name == "shellward-index"
+        if in_build and directory.parent == ws and directory.name != ".shellward":
+            (directory / "created-after-listing").write_bytes(b"x")
+            created.append(f"{directory.name}/created-after-listing")
+        return names
+
+    monkeypatch.setattr(os, "listdir", listdir_then_create)
+    monitor = WorkspaceMonitor(ws, state_dir)
+    monitor.start()
+    try:
+        assert monitor.wait_ready(30)
+        monitor.flush()
+        assert len(created) == 4 and set(created) <= set(monitor.snapshot())
+        assert index_state(monitor) == disk_state(ws)
+    finally:
+        monitor.stop()

@@ -16,6 +16,10 @@ Choices, and why:
   cookie, so no event can fall between two dirty sets. A move out of the workspace is
   held 0.5 s by watchdog (waiting for a matching move-in) and the closing cookie waits
   behind it: such a call takes 0.5 s longer and is still complete.
+- **Start-up walks the tree once.** The observer starts with the root watched, and the
+  walk that builds or re-validates the index adds each directory's watch just before it
+  lists it (see :mod:`.observer`); an observer that replaces one after lost events
+  watches the whole tree before the rescan instead.
 - **Calls before the index is ready** wait in ``begin_call`` until it is (or raise
   :class:`IndexNotReady` after ``timeout``): before that the index has no before-state
   for the files not yet hashed, and guessing one could report a wrong effect.
@@ -270,7 +274,8 @@ class WorkspaceMonitor:
     def start(self) -> None:
         """Watch the workspace, then build or re-validate the index in the background."""
         self._ensure_cookie_dir()
-        self._observer = self._new_observer()
+        # Only the root for now: the build's walk adds the other watches as it goes.
+        self._observer = self._new_observer(deferred=True)
         for target, name in ((self._build, "index"), (self._flush_loop, "flush")):
             thread = threading.Thread(target=target, name=f"shellward-{name}", daemon=True)
             self._threads.append(thread)
@@ -522,8 +527,8 @@ class WorkspaceMonitor:
             return _NOTE_OVERFLOW
         return _NOTE_TIMEOUT
 
-    def _new_observer(self) -> WorkspaceObserver | None:
-        observer = WorkspaceObserver(self.root, self._filter, self)
+    def _new_observer(self, *, deferred: bool = False) -> WorkspaceObserver | None:
+        observer = WorkspaceObserver(self.root, self._filter, self, deferred=deferred)
         try:
             observer.start()
         except OSError as exc:
@@ -709,6 +714,7 @@ class WorkspaceMonitor:
                     self._stamp(),
                     on_progress=self._progress,
                     listed=listed,
+                    watch=self._observer,
                 )
                 index.update(changes)
                 self._sync_dirs(None, listed)

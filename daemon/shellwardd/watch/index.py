@@ -11,8 +11,8 @@ Choices, and why:
 
 - **One snapshot blob and a journal, not a table of rows.** Loading 100k rows from
   SQLite took 0.24-0.31 s, longer than ``git status`` on the whole tree; reading one
-  blob of packed columns (:func:`_pack`) and unpacking it takes 0.12-0.16 s, most of it
-  building the rows kept in memory. Changes are written as journal rows (a deletion is
+  blob of packed columns (:func:`_pack`) and unpacking it takes a fraction of that
+  (see "Columns" below). Changes are written as journal rows (a deletion is
   a row of NULLs) in the transaction that makes them, so a call's update stays small;
   when the journal has grown past an eighth of the index (:data:`_MIN_JOURNAL` at
   least), or one update is that large (a cold build), the same transaction writes a
@@ -20,14 +20,21 @@ Choices, and why:
   snapshot. A snapshot that does not unpack whole (truncated, trailing bytes, a path
   twice, another format) is dropped and the workspace indexed afresh: nothing is
   trusted from it.
-- **Rows, not entries, in memory.** The dict holds each file's row as a plain tuple; an
-  :class:`~.hashing.IndexEntry` is built only when one is asked for. A restart loads
-  every row but reads only a few hundred entries after it, and building 100k frozen
-  dataclasses took longer than loading the rows (0.2-0.7 s against 0.03-0.05 s).
+- **Columns, not rows, in memory.** The index keeps the snapshot's columns as it loaded
+  them: a dict path → slot, one list per stat field, and the digests in the snapshot's
+  blob, sliced out when one is asked for; an :class:`~.hashing.IndexEntry` is built
+  only when one is asked for. A restart reads every file's stat fields but only a few
+  hundred entries after it: building a row tuple per file (and a digest per file) took
+  0.07 s or more of a 0.12-0.18 s load of 100k files, which now takes 0.06-0.08 s;
+  100k frozen dataclasses took 0.2-0.7 s. A
+  changed file gets a new slot at the end of the columns; the slot it had stays unused
+  until the next snapshot, which is written from the live slots and then loaded back
+  in their place (unused slots are bounded by the journal, which is folded at an eighth
+  of the index).
 - **The directory map is built on first use.** A restart never asks for a subtree; the
   first call that does pays for it (about 0.04 s at 100k files), once.
 - **The stat rule lives here** (:meth:`HashIndex.unvouched`): a re-validation compares
-  every file's lstat with its row in one plain loop, without building anything per
+  every file's lstat with its columns in one plain loop, without building anything per
   file (0.07-0.08 s for 100k files). The same rule in bulk, with ``map`` and
   ``compress`` over a batch, measured slower (0.09-0.13 s): it builds a tuple of
   fields per file on both sides before comparing them.
@@ -44,7 +51,7 @@ import struct
 import sys
 from array import array
 from collections.abc import Collection, Iterable, Iterator, Mapping
-from operator import attrgetter, itemgetter
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -90,34 +97,77 @@ def index_db_path(state_dir: Path, root: Path) -> Path:
     return state_dir / f"watch-index-{digest}.sqlite"
 
 
-# One row of the files table, in its column order: path, size, mtime_ns, ctime_ns,
-# inode, digest, is_link, racy (the last two 0 or 1).
-_Row = tuple[str, int, int, int, int, bytes, int, int]
-
-
-_ROW_PATH = itemgetter(0)
-
-
 def _parent(path: str) -> str:
     return path.rpartition("/")[0]
 
 
-def _entry(row: _Row) -> IndexEntry:
-    _, size, mtime_ns, ctime_ns, inode, digest, is_link, racy = row
-    return IndexEntry(size, mtime_ns, ctime_ns, inode, digest, bool(is_link), bool(racy))
-
-
-# An entry's fields in row order (is_link and racy as bools, which SQLite and the
-# snapshot store as 0 and 1).
+# An entry's fields in row order, without the path (is_link and racy as bools, which
+# SQLite and the snapshot store as 0 and 1).
 _ENTRY_FIELDS = attrgetter("size", "mtime_ns", "ctime_ns", "inode", "digest", "is_link", "racy")
 
 
-def _pack(rows: Collection[_Row]) -> bytes:
-    """The snapshot of ``rows`` (see :data:`_MAGIC` for the layout)."""
-    columns: list[Any] = list(zip(*rows, strict=True)) if rows else [()] * 8
-    paths, digests = columns[0], columns[5]
+class _Columns:
+    """Every file's fields, one list per field, addressed by slot (see "Columns")."""
+
+    def __init__(self, fields: list[list[int]], blob: bytes, ends: list[int]) -> None:
+        # size, mtime_ns, ctime_ns, inode, is_link, racy: the order of _COLUMNS.
+        self.fields = fields
+        # The digests of the snapshot's slots lie in ``blob``: slot i's from ends[i] to
+        # ends[i + 1]; those of slots added since are kept one by one.
+        self._blob = blob
+        self._ends = ends
+        self._base = len(ends) - 1
+        self._added: list[bytes] = []
+
+    def __len__(self) -> int:
+        return len(self.fields[0])
+
+    def digest(self, slot: int) -> bytes:
+        if slot < self._base:
+            return self._blob[self._ends[slot] : self._ends[slot + 1]]
+        return self._added[slot - self._base]
+
+    def entry(self, slot: int) -> IndexEntry:
+        size, mtime_ns, ctime_ns, inode, is_link, racy = (column[slot] for column in self.fields)
+        return IndexEntry(
+            size, mtime_ns, ctime_ns, inode, self.digest(slot), bool(is_link), bool(racy)
+        )
+
+    def extend(self, values: Collection[tuple[Any, ...]]) -> range:
+        """Add rows of (size, mtime_ns, ctime_ns, inode, digest, is_link, racy); their slots."""
+        first = len(self)
+        if values:
+            size, mtime_ns, ctime_ns, inode, digest, is_link, racy = zip(*values, strict=True)
+            for column, added in zip(
+                self.fields, (size, mtime_ns, ctime_ns, inode, is_link, racy), strict=True
+            ):
+                column.extend(added)
+            self._added.extend(digest)
+        return range(first, len(self))
+
+    def pack(self, slots: Mapping[str, int]) -> bytes:
+        """The snapshot of the files in ``slots`` (path → slot)."""
+        if len(slots) == len(self):
+            # No slot was overwritten or dropped since the columns were built, so the
+            # paths are in slot order and the columns are the snapshot's as they are.
+            fields: Iterable[Iterable[int]] = self.fields
+            digests = self._digests()
+        else:
+            order = list(slots.values())
+            fields = [list(map(column.__getitem__, order)) for column in self.fields]
+            digests = list(map(self._digests().__getitem__, order))
+        return _pack(list(slots), fields, digests)
+
+    def _digests(self) -> list[bytes]:
+        """Every slot's digest, in slot order."""
+        blob = self._blob
+        return [blob[start:end] for start, end in itertools.pairwise(self._ends)] + self._added
+
+
+def _pack(paths: Collection[str], fields: Iterable[Iterable[int]], digests: list[bytes]) -> bytes:
+    """The snapshot of ``paths`` with their ``fields`` (in :data:`_COLUMNS` order) and
+    ``digests`` (see :data:`_MAGIC` for the layout)."""
     names = os.fsencode("\0".join(paths))
-    fields = (*columns[1:5], *columns[6:8])
     return b"".join(
         (
             _HEADER.pack(_MAGIC, len(paths), len(names)),
@@ -129,8 +179,9 @@ def _pack(rows: Collection[_Row]) -> bytes:
     )
 
 
-def _unpack(data: bytes) -> dict[str, _Row]:
-    """The rows of a snapshot; ValueError if it is not one, whole and consistent."""
+def _unpack(data: bytes) -> tuple[dict[str, int], _Columns]:
+    """The path → slot map and the columns of a snapshot; ValueError if it is not one,
+    whole and consistent."""
     if len(data) < _HEADER.size:
         raise ValueError("snapshot shorter than its header")
     magic, count, names_size = _HEADER.unpack_from(data)
@@ -156,17 +207,19 @@ def _unpack(data: bytes) -> dict[str, _Row]:
     paths = names.split("\0") if count else []
     if len(paths) != count:
         raise ValueError("snapshot paths do not match its file count")
-    fields = [column(code) for code in _COLUMNS]
-    ends = list(itertools.accumulate(column(_LENGTHS)))
-    blob = bytes(take(ends[-1] if ends else 0))
+    fields = [column(code).tolist() for code in _COLUMNS]
+    ends = [0, *itertools.accumulate(column(_LENGTHS))]
+    blob = bytes(take(ends[-1]))
     if offset != len(data):
         raise ValueError("snapshot has trailing bytes")
-    digests = [blob[start:end] for start, end in itertools.pairwise([0, *ends])]
-    rows = zip(paths, *fields[:4], digests, *fields[4:], strict=True)
-    loaded: dict[str, _Row] = dict(zip(paths, rows, strict=True))
-    if len(loaded) != count:
+    slots = dict(zip(paths, range(count), strict=True))
+    if len(slots) != count:
         raise ValueError("snapshot repeats a path")
-    return loaded
+    return slots, _Columns(fields, blob, ends)
+
+
+def _empty() -> tuple[dict[str, int], _Columns]:
+    return {}, _Columns([[] for _ in _COLUMNS], b"", [0])
 
 
 class HashIndex:
@@ -182,7 +235,7 @@ class HashIndex:
         self._children: dict[str, set[str]] | None = None
         meta = dict(self._db.execute("SELECT key, value FROM meta").fetchall())
         expected = {"schema": SCHEMA_VERSION, "root": str(root), "byteorder": sys.byteorder}
-        self._rows: dict[str, _Row] = {}
+        self._slots, self._columns = _empty()
         # Journal rows written since the last snapshot (an upper bound: a path written
         # twice counts twice).
         self._journaled = 0
@@ -200,35 +253,40 @@ class HashIndex:
         """Read the snapshot and apply the journal; False if the snapshot is unusable."""
         found = self._db.execute("SELECT data FROM snapshot").fetchone()
         try:
-            rows = {} if found is None else _unpack(found[0])
+            slots, columns = _empty() if found is None else _unpack(found[0])
         except (ValueError, TypeError):
             return False
         journal: Any = self._db.execute("SELECT * FROM journal")
+        paths, values = [], []
         for row in journal:
             self._journaled += 1
             path = os.fsdecode(row[0])
             if row[1] is None:
-                rows.pop(path, None)
+                slots.pop(path, None)
             else:
-                rows[path] = (path, *row[1:])
-        self._rows = rows
+                paths.append(path)
+                values.append(row[1:])
+        # One journal row per path (its key), so the order between them does not matter.
+        slots.update(zip(paths, columns.extend(values), strict=True))
+        self._slots, self._columns = slots, columns
         return True
 
     def __len__(self) -> int:
-        return len(self._rows)
+        return len(self._slots)
 
     def __contains__(self, path: object) -> bool:
-        return path in self._rows
+        return path in self._slots
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._rows)
+        return iter(self._slots)
 
     def get(self, path: str) -> IndexEntry | None:
-        row = self._rows.get(path)
-        return None if row is None else _entry(row)
+        slot = self._slots.get(path)
+        return None if slot is None else self._columns.entry(slot)
 
     def items(self) -> Iterator[tuple[str, IndexEntry]]:
-        return ((path, _entry(row)) for path, row in self._rows.items())
+        entry = self._columns.entry
+        return ((path, entry(slot)) for path, slot in self._slots.items())
 
     def unvouched(
         self, found: Iterable[tuple[list[str], list[os.stat_result]]], seen: set[str]
@@ -239,23 +297,25 @@ class HashIndex:
 
         An lstat vouches for an entry that is not racy (see :mod:`.hashing`) and has the
         same kind (file or link), size, mtime, ctime and inode: git's rule for trusting its
-        index. Runs once per file of the tree on a restart, so it reads the rows directly.
+        index. Runs once per file of the tree on a restart, so it reads the columns
+        directly.
         """
-        rows = self._rows
+        slots = self._slots
+        size, mtime_ns, ctime_ns, inode, is_link, racy = self._columns.fields
         islink = stat.S_ISLNK
         stale = []
         for paths, sts in found:
             seen.update(paths)
             for path, st in zip(paths, sts, strict=True):
-                row = rows.get(path)
+                slot = slots.get(path)
                 if (
-                    row is None
-                    or row[7]
-                    or row[1] != st.st_size
-                    or row[2] != st.st_mtime_ns
-                    or row[3] != st.st_ctime_ns
-                    or row[4] != st.st_ino
-                    or row[6] != islink(st.st_mode)
+                    slot is None
+                    or racy[slot]
+                    or size[slot] != st.st_size
+                    or mtime_ns[slot] != st.st_mtime_ns
+                    or ctime_ns[slot] != st.st_ctime_ns
+                    or inode[slot] != st.st_ino
+                    or is_link[slot] != islink(st.st_mode)
                 ):
                     stale.append((path, st))
         return stale
@@ -267,7 +327,7 @@ class HashIndex:
         stack = [directory]
         while stack:
             for child in children.get(stack.pop(), ()):
-                if child in self._rows:
+                if child in self._slots:
                     found.append(child)
                 if child in children:
                     stack.append(child)
@@ -277,28 +337,32 @@ class HashIndex:
         """Apply ``changes`` (None removes a path) in memory and in one SQLite transaction."""
         if not changes:
             return
-        gone = [path for path, entry in changes.items() if entry is None and path in self._rows]
-        written: list[_Row] = [
-            (path, *_ENTRY_FIELDS(entry)) for path, entry in changes.items() if entry is not None
-        ]
+        gone = [path for path, entry in changes.items() if entry is None and path in self._slots]
+        paths = [path for path, entry in changes.items() if entry is not None]
+        values = [_ENTRY_FIELDS(changes[path]) for path in paths]
         for path in gone:
             self._drop(path)
         if self._children is not None:
-            self._link(self._children, [row[0] for row in written if row[0] not in self._rows])
-        self._rows.update(zip(map(_ROW_PATH, written), written, strict=True))
-        self._journaled += len(written) + len(gone)
+            self._link(self._children, [path for path in paths if path not in self._slots])
+        # A written path gets a new slot; the one it had stays unused until the next
+        # snapshot (see "Columns" above).
+        self._slots.update(zip(paths, self._columns.extend(values), strict=True))
+        self._journaled += len(values) + len(gone)
         with self._db:
             self._db.execute("BEGIN")
-            if self._journaled > max(_MIN_JOURNAL, len(self._rows) // 8):
+            if self._journaled > max(_MIN_JOURNAL, len(self._slots) // 8):
+                packed = self._columns.pack(self._slots)
                 self._db.execute("DELETE FROM journal")
-                self._db.execute(
-                    "INSERT OR REPLACE INTO snapshot VALUES (0, ?)", (_pack(self._rows.values()),)
-                )
+                self._db.execute("INSERT OR REPLACE INTO snapshot VALUES (0, ?)", (packed,))
                 self._journaled = 0
+                if len(self._columns) != len(self._slots):
+                    self._slots, self._columns = _unpack(packed)  # drops the unused slots
             else:
                 # Paths as bytes: a file name need not be UTF-8, and SQLite's TEXT would
                 # refuse it. In path order: the B-tree takes sorted keys several times faster.
-                journal = sorted((os.fsencode(row[0]), *row[1:]) for row in written)
+                journal = sorted(
+                    (os.fsencode(path), *row) for path, row in zip(paths, values, strict=True)
+                )
                 deleted = sorted((os.fsencode(path),) for path in gone)
                 self._db.executemany(
                     "INSERT OR REPLACE INTO journal VALUES (?,?,?,?,?,?,?,?)", journal
@@ -311,7 +375,7 @@ class HashIndex:
     def _tree(self) -> dict[str, set[str]]:
         if self._children is None:
             self._children = {}
-            self._link(self._children, self._rows)
+            self._link(self._children, self._slots)
         return self._children
 
     @staticmethod
@@ -344,7 +408,7 @@ class HashIndex:
                 child = parent
 
     def _drop(self, path: str) -> None:
-        del self._rows[path]
+        del self._slots[path]
         children = self._children
         if children is None:
             return
@@ -352,7 +416,7 @@ class HashIndex:
         # Prune directories left without indexed files, so that `under` stays exact. A
         # name can briefly be both a file and a directory within one batch of changes
         # (a file replaced by a directory): it stays linked while either is still there.
-        while child and child not in self._rows and not children.get(child):
+        while child and child not in self._slots and not children.get(child):
             children.pop(child, None)
             children[_parent(child)].discard(child)
             child = _parent(child)

@@ -26,6 +26,7 @@ import stat
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from itertools import compress
+from typing import Protocol
 
 from .hashing import IndexEntry, Stamp, probe
 from .index import HashIndex
@@ -51,12 +52,26 @@ _MODE = operator.attrgetter("st_mode")
 _FILE_KINDS = frozenset((stat.S_IFREG, stat.S_IFLNK))
 
 
+class TreeWatch(Protocol):
+    """Watches that a walk adds as it goes (see :mod:`.observer`, "A second walk")."""
+
+    def watch_dir(self, path: str) -> None:
+        """Watch the directory ``path``; called just before the walk lists it."""
+
+    def watch_tree(self, path: str) -> None:
+        """Watch the subtree at ``path``, a child the walk does not enter."""
+
+
 def join(root: str, path: str) -> str:
     return f"{root}/{path}" if path else root
 
 
 def walk_dirs(
-    root: str, pfilter: PathFilter, start: str = "", listed: set[str] | None = None
+    root: str,
+    pfilter: PathFilter,
+    start: str = "",
+    listed: set[str] | None = None,
+    watch: TreeWatch | None = None,
 ) -> Iterator[tuple[list[str], list[os.stat_result]]]:
     """The paths and lstats of every INDEXED regular file and symlink at or below
     ``start``, one directory at a time.
@@ -66,12 +81,15 @@ def walk_dirs(
     listed on the way is added to ``listed``: a walk from one of them would find nothing
     more. A directory's entries are filtered, lstat'ed and sorted by kind in bulk (``map``
     runs the loop in C; ``os.lstat`` needs no ``DirEntry``), so the cost per file is
-    little more than its lstat.
+    little more than its lstat. With ``watch``, each directory is watched before it is
+    listed, and each child left out by ``pfilter`` is handed to ``watch.watch_tree``.
     """
     stack = [start]
     while stack:
         directory = stack.pop()
         base = join(root, directory)
+        if watch is not None:
+            watch.watch_dir(directory)
         try:
             names = os.listdir(base)
         except NotADirectoryError:
@@ -93,6 +111,9 @@ def walk_dirs(
                 pfilter.child_kind(path, name) is PathKind.INDEXED
                 for path, name in zip(paths, names, strict=True)
             ]
+            if watch is not None:
+                for path in compress(paths, map(operator.not_, kept)):
+                    watch.watch_tree(path)
             paths, names = list(compress(paths, kept)), list(compress(names, kept))
         try:
             sts = list(map(os.lstat, map(f"{base}/".__add__, names)))
@@ -196,11 +217,13 @@ def stat_scan(
     start: str = "",
     on_progress: ProgressFn | None = None,
     listed: set[str] | None = None,
+    watch: TreeWatch | None = None,
 ) -> Changes:
     """What must change in ``index`` for the subtree at ``start`` to match the disk.
 
     Every directory the walk lists is added to ``listed`` (the index holds no directories:
-    the detector keeps them apart, see :mod:`.detector`).
+    the detector keeps them apart, see :mod:`.detector`); with ``watch``, the walk adds
+    the observer's watches as it goes (see :func:`walk_dirs`).
 
     ``stamp`` must have been taken before this call (see :mod:`.hashing`); without
     one, new entries are judged racy by the wall-clock window.
@@ -210,7 +233,7 @@ def stat_scan(
     changes: Changes = {}
     seen: set[str] = set()
     stale: list[tuple[str, os.stat_result | None]] = []
-    stale.extend(index.unvouched(_batches(walk_dirs(root, pfilter, start, listed)), seen))
+    stale.extend(index.unvouched(_batches(walk_dirs(root, pfilter, start, listed, watch)), seen))
     total = len(seen)
     done = total - len(stale)
 
