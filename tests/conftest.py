@@ -30,6 +30,20 @@ def daemon(tmp_path: Path, workspace: Path) -> Iterator[Daemon]:
     handle.stop(signal.SIGKILL if handle.process.poll() is None else signal.SIGTERM)
 
 
+@pytest.fixture(scope="module")
+def module_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    """One daemon for every test of a module: its start-up is most of a short end-to-end
+    test's time. A module whose tests need neither a fresh daemon nor an empty ledger or
+    workspace (each uses its own run ids and file names) opts in by overriding ``daemon``
+    with this one and ``workspace`` with its workspace."""
+    root = tmp_path_factory.mktemp("daemon")
+    workspace = root / "workspace"
+    workspace.mkdir()
+    handle = start_daemon(root / "run" / "shellward.sock", root / "state", workspace)
+    yield handle
+    handle.stop(signal.SIGKILL if handle.process.poll() is None else signal.SIGTERM)
+
+
 @pytest.fixture
 def client(daemon: Daemon) -> Iterator[Client]:
     with daemon.client() as c:
