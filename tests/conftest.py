@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -50,15 +51,28 @@ def client(daemon: Daemon) -> Iterator[Client]:
         yield c
 
 
-@pytest.fixture
-def host_dir() -> Iterator[Path]:
-    """A directory the sandbox sees as it is on the host: not under /tmp or /var/tmp
-    (private tmpfs inside), and reachable by a root daemon's unprivileged sandbox user."""
+@contextlib.contextmanager
+def _host_directory() -> Iterator[Path]:
     parent = Path("/var/lib") if os.geteuid() == 0 else Path.home()
     path = Path(tempfile.mkdtemp(prefix="shellward-test-", dir=parent))
     path.chmod(0o755)
     yield path
     shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def host_dir() -> Iterator[Path]:
+    """A directory the sandbox sees as it is on the host: not under /tmp or /var/tmp
+    (private tmpfs inside), and reachable by a root daemon's unprivileged sandbox user."""
+    with _host_directory() as path:
+        yield path
+
+
+@pytest.fixture(scope="module")
+def module_host_dir() -> Iterator[Path]:
+    """``host_dir`` for all the tests of a module."""
+    with _host_directory() as path:
+        yield path
 
 
 @pytest.fixture(scope="session")
