@@ -19,6 +19,17 @@ from tests.helpers import Daemon, host_processes, unique_sleep, wait_for
 SLEEP_341, SLEEP_342, SLEEP_343 = unique_sleep(341), unique_sleep(342), unique_sleep(343)
 
 
+@pytest.fixture(scope="module")
+def daemon(module_daemon: Daemon) -> Daemon:
+    """One daemon for the module: each test cancels its own call, of its own run id."""
+    return module_daemon
+
+
+@pytest.fixture
+def workspace(daemon: Daemon) -> Path:
+    return daemon.workspace
+
+
 def _started(client: Client, run_id: str) -> str:
     wait_for(lambda: _status(client, run_id) is CallStatus.STARTED)
     return client.get_call(run_id=run_id, step_id="1").call_id
