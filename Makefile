@@ -23,8 +23,12 @@ serve: install
 	$(VENV)/bin/shellwardd --workspace "$(WORKSPACE)" $(SERVE_ARGS)
 
 ## test: install what is missing, then run the whole test suite
+# In TEST_WORKERS processes (pytest-xdist; 0: in this one): most of a test's time is spent
+# waiting on real daemons, sandboxes and servers, so a worker more than the cores still pays.
+# --dist loadfile keeps a module's tests in one worker: a daemon its tests share starts once.
+TEST_WORKERS ?= 3
 test: install
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 ## proto: regenerate the committed gRPC/protobuf code from protos/
 proto: install

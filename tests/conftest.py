@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -30,21 +31,48 @@ def daemon(tmp_path: Path, workspace: Path) -> Iterator[Daemon]:
     handle.stop(signal.SIGKILL if handle.process.poll() is None else signal.SIGTERM)
 
 
+@pytest.fixture(scope="module")
+def module_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    """One daemon for every test of a module: its start-up is most of a short end-to-end
+    test's time. A module whose tests need neither a fresh daemon nor an empty ledger or
+    workspace (each uses its own run ids and file names) opts in by overriding ``daemon``
+    with this one and ``workspace`` with its workspace."""
+    root = tmp_path_factory.mktemp("daemon")
+    workspace = root / "workspace"
+    workspace.mkdir()
+    handle = start_daemon(root / "run" / "shellward.sock", root / "state", workspace)
+    yield handle
+    handle.stop(signal.SIGKILL if handle.process.poll() is None else signal.SIGTERM)
+
+
 @pytest.fixture
 def client(daemon: Daemon) -> Iterator[Client]:
     with daemon.client() as c:
         yield c
 
 
-@pytest.fixture
-def host_dir() -> Iterator[Path]:
-    """A directory the sandbox sees as it is on the host: not under /tmp or /var/tmp
-    (private tmpfs inside), and reachable by a root daemon's unprivileged sandbox user."""
+@contextlib.contextmanager
+def _host_directory() -> Iterator[Path]:
     parent = Path("/var/lib") if os.geteuid() == 0 else Path.home()
     path = Path(tempfile.mkdtemp(prefix="shellward-test-", dir=parent))
     path.chmod(0o755)
     yield path
     shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def host_dir() -> Iterator[Path]:
+    """A directory the sandbox sees as it is on the host: not under /tmp or /var/tmp
+    (private tmpfs inside), and reachable by a root daemon's unprivileged sandbox user."""
+    with _host_directory() as path:
+        yield path
+
+
+@pytest.fixture(scope="module")
+def module_host_dir() -> Iterator[Path]:
+    """``host_dir`` for all the tests of a module."""
+    with _host_directory() as path:
+        yield path
 
 
 @pytest.fixture(scope="session")

@@ -40,7 +40,7 @@ CASES = [
     ("short_rpcs.py", ["--calls", "3", "--samples", "3"], [rf"GetStatus\s+median\s+{_NUMBER} ms"]),
     (
         "staged.py",
-        ["--runs", "1", "--clients", "2", "--per-client", "1"],
+        ["--runs", "1", "--clients", "2", "--per-client", "1", "--post-runs", "2", "--files", "5"],
         [
             rf"empty call \(true\)\s+median\s+{_NUMBER} ms",
             r"2 calls in .*, 0 not ok",

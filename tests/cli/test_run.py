@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from shellward import CallStatus
-from tests.helpers import Daemon, host_processes, start_daemon, wait_for
+from tests.helpers import Daemon, host_processes, start_daemon, unique_sleep, wait_for
 
 Shellward = Callable[..., subprocess.CompletedProcess[bytes]]
 
@@ -179,19 +179,20 @@ def test_a_daemon_that_dies_during_a_call_is_not_called_absent(
     """The command may have run: the message says so and how to find out, instead of
     `no shellward daemon answers … Start one`."""
     daemon = start_daemon(tmp_path / "run" / "s.sock", tmp_path / "state", workspace)
+    sleep = unique_sleep(377)
     env = {k: v for k, v in os.environ.items() if not k.startswith("SHELLWARD_")}
     run = subprocess.Popen(
         [sys.executable, "-m", "shellward.cli", "--socket", str(daemon.socket),
-         "run", "--", "sleep 377"],
+         "run", "--", sleep],
         cwd=workspace, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
     try:
-        wait_for(lambda: bool(host_processes("sleep 377")), timeout=60)
+        wait_for(lambda: bool(host_processes(sleep)), timeout=60)
         daemon.stop(signal.SIGKILL)
         _, err = run.communicate(timeout=60)
     finally:
         run.kill()
-        for process in host_processes("sleep 377"):
+        for process in host_processes(sleep):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(process.name), signal.SIGKILL)
     assert run.returncode == 1

@@ -15,6 +15,12 @@ from shellwardd.server import _STATUS
 from tests.helpers import Daemon
 
 
+@pytest.fixture(scope="module")
+def daemon(module_daemon: Daemon) -> Daemon:
+    """One daemon for the module: each test asks for an error, which changes nothing."""
+    return module_daemon
+
+
 def _error_info(error: grpc.RpcError) -> tuple[status_pb2.Status, error_details_pb2.ErrorInfo]:
     trailer = dict(error.trailing_metadata())  # type: ignore[attr-defined]
     status = status_pb2.Status.FromString(trailer["grpc-status-details-bin"])

@@ -28,6 +28,17 @@ from tests.helpers import Daemon, host_processes, start_daemon, unique_sleep, wa
 SLEEP = unique_sleep(301)
 
 
+@pytest.fixture(scope="module")
+def daemon(module_daemon: Daemon) -> Daemon:
+    """One daemon for the module: each test uses its own run ids and file names."""
+    return module_daemon
+
+
+@pytest.fixture
+def workspace(daemon: Daemon) -> Path:
+    return daemon.workspace
+
+
 def test_success_is_recorded(client: Client, workspace: Path) -> None:
     result = client.run_command("echo hello", cwd=workspace)
     assert result.ok and result.code is Code.OK and result.exit_code == 0
@@ -88,7 +99,9 @@ def test_binary_output_survives(client: Client, workspace: Path) -> None:
     assert client.get_call(result.call_id).stdout.data == b"\x00\xff\xfebin"
 
 
-def test_output_cap(tmp_path: Path, workspace: Path) -> None:
+def test_output_cap(tmp_path: Path) -> None:
+    workspace = tmp_path / "capped"
+    workspace.mkdir()
     daemon = start_daemon(
         tmp_path / "cap.sock", tmp_path / "cap-state", workspace, "--output-cap", "1000"
     )

@@ -57,13 +57,17 @@ def _make_venv(venv: Path) -> Path:
     return venv / "bin"
 
 
-@pytest.fixture
-def venv_bin(host_dir: Path) -> Path:
-    return _make_venv(host_dir / "venv")
+@pytest.fixture(scope="module")
+def venv_bin(module_host_dir: Path) -> Path:
+    return _make_venv(module_host_dir / "venv")
 
 
-@pytest.fixture
-def toolchain_daemon(tmp_path: Path, workspace: Path, venv_bin: Path) -> Iterator[Daemon]:
+@pytest.fixture(scope="module")
+def toolchain_daemon(tmp_path_factory: pytest.TempPathFactory, venv_bin: Path) -> Iterator[Daemon]:
+    """One daemon for the module's tests of it: each attack must leave the toolchain as it
+    was, and checks that it did."""
+    tmp_path = tmp_path_factory.mktemp("toolchain")
+    workspace = tmp_path / "workspace"
     inside = workspace / ".venv" / "bin"
     inside.mkdir(parents=True)
     tool = inside / "ws-tool"
@@ -182,10 +186,13 @@ def test_a_program_called_by_its_path_in_a_trusted_toolchain_keeps_its_rule(
     assert elsewhere.replay_policy is ReplayPolicy.NEVER
 
 
-@pytest.fixture
-def found_daemon(tmp_path: Path, workspace: Path) -> Iterator[Daemon]:
+@pytest.fixture(scope="module")
+def found_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     """A daemon given no --toolchain: the workspace's .venv (with pytest) and node_modules
-    (a package with a `bin`, made here: no network) are found on their own."""
+    (a package with a `bin`, made here: no network) are found on their own. One for the
+    module: its tests only run commands (the one that writes must be refused)."""
+    tmp_path = tmp_path_factory.mktemp("found")
+    workspace = tmp_path / "workspace"
     _make_venv(workspace / ".venv")
     package = workspace / "node_modules" / "hello-bin"
     package.mkdir(parents=True)

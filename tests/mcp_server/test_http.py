@@ -84,7 +84,13 @@ def test_http_with_the_token_lists_tools_and_runs_a_command(
     assert (mcp_daemon.workspace / "http.txt").read_text() == "h\n"
 
 
-@pytest.mark.parametrize("header", [None, "Bearer wrong", f"Basic {TOKEN}", f"Bearer {TOKEN}x"])
+# Ids, not the values: the token is random, and parallel workers (pytest -n) must collect
+# the same test names.
+@pytest.mark.parametrize(
+    "header",
+    [None, "Bearer wrong", f"Basic {TOKEN}", f"Bearer {TOKEN}x"],
+    ids=["none", "wrong-token", "basic-scheme", "token-with-a-suffix"],
+)
 def test_http_without_the_right_token_is_refused(http_url: str, header: str | None) -> None:
     body = b'{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}'
     request = urllib.request.Request(http_url, data=body, method="POST")

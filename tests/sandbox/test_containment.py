@@ -19,7 +19,7 @@ import pytest
 from shellwardd.config import Limits
 from shellwardd.sandbox import ProcessOutcome, Sandbox, SandboxSpec
 from shellwardd.sandbox.cgroup import Cgroups
-from tests.helpers import host_processes, wait_for
+from tests.helpers import host_processes, unique_sleep, wait_for
 
 ROOT = os.geteuid() == 0
 
@@ -193,11 +193,10 @@ def _no_survivor(cmdline: str) -> None:
 
 
 def test_double_fork_and_setsid_do_not_outlive_a_timeout(sandbox: Sandbox, workspace: Path) -> None:
-    outcome = run(
-        sandbox, workspace, "(setsid sleep 171 &) ; nohup sleep 172 & sleep 173", timeout=1.0
-    )
+    sleeps = [unique_sleep(n) for n in (171, 172, 173)]
+    outcome = run(sandbox, workspace, "(setsid {} &) ; nohup {} & {}".format(*sleeps), timeout=1.0)
     assert outcome.timed_out
-    for cmdline in ("sleep 171", "sleep 172", "sleep 173"):
+    for cmdline in sleeps:
         _no_survivor(cmdline)
 
 
@@ -212,9 +211,10 @@ def test_without_cgroups_a_timeout_still_ends_everything(
     request.addfinalizer(box.close)
     controls = {c.control: c.state for c in box.containment(Limits())}
     assert controls["processes"].startswith("rlimits only")
-    outcome = run(box, workspace, "(setsid sleep 193 &); nohup sleep 194 & sleep 195", timeout=1)
+    sleeps = [unique_sleep(n) for n in (193, 194, 195)]
+    outcome = run(box, workspace, "(setsid {} &); nohup {} & {}".format(*sleeps), timeout=1)
     assert outcome.timed_out
-    for cmdline in ("sleep 193", "sleep 194", "sleep 195"):
+    for cmdline in sleeps:
         _no_survivor(cmdline)
 
 

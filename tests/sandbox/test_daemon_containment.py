@@ -13,7 +13,7 @@ import grpc
 from shellward import Client, ShellwardError
 from shellward.v1 import shellward_pb2 as pb
 from shellward.v1 import shellward_pb2_grpc as pb_grpc
-from tests.helpers import Daemon, host_processes, start_daemon, wait_for
+from tests.helpers import Daemon, host_processes, start_daemon, unique_sleep, wait_for
 
 
 def _run_raw(daemon: Daemon, request: pb.RunCommandRequest) -> pb.CommandResult:
@@ -86,7 +86,7 @@ def test_daemon_killed_right_after_spawn_leaves_nothing_running(
     # Before bwrap arms its own parent-death signal; the restarted daemon must end what is
     # left (on the code before, 12 of 30 tries left the sandbox running).
     socket, state = tmp_path / "s.sock", tmp_path / "state"
-    for marker in ("sleep 181", "sleep 182", "sleep 183"):
+    for marker in map(unique_sleep, (181, 182, 183)):
         _kill_right_after_spawn(start_daemon(socket, state, workspace), marker, workspace)
         restarted = start_daemon(socket, state, workspace)
         try:

@@ -6,12 +6,14 @@ and are skipped otherwise: then the whole suite already runs unprivileged).
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pwd
 import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +21,7 @@ import pytest
 
 from shellward import Client
 from shellward.types import Code
-from tests.helpers import host_processes, wait_for
+from tests.helpers import host_processes, unique_sleep, wait_for
 
 USER = "shellward-redteam"
 ROOT_DIR = Path(__file__).resolve().parents[2]
@@ -29,11 +31,15 @@ ROOT_DIR = Path(__file__).resolve().parents[2]
 def user() -> pwd.struct_passwd:
     if os.geteuid() != 0:
         pytest.skip("creating the test user needs root")
-    try:
-        return pwd.getpwnam(USER)
-    except KeyError:
-        subprocess.run(["useradd", "--create-home", "--shell", "/bin/sh", USER], check=True)
-        return pwd.getpwnam(USER)
+    # Under a lock: test processes running at once (pytest -n) would race to create it,
+    # and the loser's useradd fails.
+    with open(Path(tempfile.gettempdir()) / f"{USER}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            return pwd.getpwnam(USER)
+        except KeyError:
+            subprocess.run(["useradd", "--create-home", "--shell", "/bin/sh", USER], check=True)
+            return pwd.getpwnam(USER)
 
 
 def _python_for(user: pwd.struct_passwd, env: dict[str, str]) -> list[str]:
@@ -133,9 +139,10 @@ def test_ld_preload_stays_inside(user_daemon: tuple[Client, Path]) -> None:
 
 def test_timeout_leaves_nothing_running(user_daemon: tuple[Client, Path]) -> None:
     client, workspace = user_daemon
-    result = client.run_command("(setsid sleep 191 &); sleep 192", cwd=workspace, timeout=1)
+    outer, inner = unique_sleep(191), unique_sleep(192)
+    result = client.run_command(f"(setsid {outer} &); {inner}", cwd=workspace, timeout=1)
     assert not result.ok
-    wait_for(lambda: not host_processes("sleep 191") and not host_processes("sleep 192"))
+    wait_for(lambda: not host_processes(outer) and not host_processes(inner))
 
 
 def test_status_says_rlimits_or_cgroup(user_daemon: tuple[Client, Path]) -> None:
