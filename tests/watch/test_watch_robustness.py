@@ -27,7 +27,32 @@ from .conftest import fill, run, sha, summary
 
 pytestmark = pytest.mark.filterwarnings("ignore:Callback with id:RuntimeWarning")
 
-MAX_QUEUED = Path("/proc/sys/fs/inotify/max_queued_events")
+MAX_QUEUED = int(Path("/proc/sys/fs/inotify/max_queued_events").read_text())
+
+
+def overflowing_writes(path: Path) -> str:
+    """A shell loop appending to ``path`` often enough to overflow an inotify queue of the
+    size the kernel gives every instance: each append queues a modify and a close-write,
+    never merged with the event before. (Lowering the limit instead would change it for the
+    whole machine, and a daemon another test starts meanwhile would get the tiny queue.
+    Appending, not truncating: ext4 flushes a truncated and rewritten file at its close.)"""
+    if MAX_QUEUED > 200_000:
+        pytest.skip(f"fs.inotify.max_queued_events is {MAX_QUEUED}: too many writes to overflow")
+    return (
+        f"i=0; while [ $i -lt {MAX_QUEUED} ]; do echo x >> {shlex.quote(str(path))}; "
+        "i=$((i+1)); done"
+    )
+
+
+def with_reader_stalled(command: str) -> None:
+    """Run ``command`` while this thread holds the GIL.
+
+    watchdog's reader is a Python thread: it cannot drain the inotify queue meanwhile, so
+    enough events in watched directories are sure to overflow it (a fast reader on an idle
+    machine otherwise keeps up, and the test would prove nothing)."""
+    libc = ctypes.PyDLL(None)  # PyDLL, unlike CDLL, keeps the GIL during the call
+    status = libc.system(command.encode())
+    assert status == 0, f"{command!r} failed with wait status {status}"
 
 
 def disk_state(root: Path) -> dict[str, str]:
@@ -44,35 +69,12 @@ def index_state(monitor: WorkspaceMonitor) -> dict[str, str]:
     return {path: entry.hash for path, entry in monitor.snapshot().items()}
 
 
-def start_with_tiny_queue(monitor: WorkspaceMonitor) -> None:
-    """Start ``monitor`` with an inotify instance that holds only 16 events.
-
-    The kernel reads the limit when an instance is created, so it is lowered (for the
-    whole machine) only around ``start()`` and restored right after.
-    """
-    try:
-        saved = MAX_QUEUED.read_text()
-        MAX_QUEUED.write_text("16\n")
-    except OSError:
-        pytest.skip("needs root to lower fs.inotify.max_queued_events")
-    try:
-        monitor.start()
-    finally:
-        MAX_QUEUED.write_text(saved)
-
-
 def run_with_reader_stalled(monitor: WorkspaceMonitor, command: str) -> CallEffects:
-    """Like ``run``, but the command runs while this thread holds the GIL.
-
-    watchdog's reader is a Python thread: it cannot drain the inotify queue meanwhile, so a
-    flood of events in watched directories is sure to overflow a small queue (a fast reader
-    on an idle machine otherwise keeps up, and the test would prove nothing).
-    """
-    libc = ctypes.PyDLL(None)  # PyDLL, unlike CDLL, keeps the GIL during the call
+    """Like ``run``, but the command runs while this thread holds the GIL (see
+    :func:`with_reader_stalled`)."""
     watch = monitor.begin_call(exclusive=True, timeout=30)
     try:
-        status = libc.system(f"cd {shlex.quote(str(monitor.root))} && {command}".encode())
-        assert status == 0, f"{command!r} failed with wait status {status}"
+        with_reader_stalled(f"cd {shlex.quote(str(monitor.root))} && {command}")
     finally:
         effects = monitor.finish_call(watch)
     return effects
@@ -173,12 +175,12 @@ def test_queue_overflow_falls_back_to_a_complete_rescan(
     files = fill(source, 2000)
     (ws / "before").write_bytes(b"b")
     monitor = WorkspaceMonitor(ws, state_dir)
-    start_with_tiny_queue(monitor)
+    monitor.start()
     try:
         assert monitor.wait_ready(30)
         # Rewriting a file of the (watched) root floods the queue for sure; the files inside
         # the new copy/ give no events until the stalled reader watches that directory.
-        flood = "for i in $(seq 1 200); do echo x > before; done"
+        flood = overflowing_writes(ws / "before")
         effects = run_with_reader_stalled(monitor, f"{flood}; cp -r {source} copy && rm before")
         assert effects.from_rescan
         assert "overflow" in effects.note
@@ -199,13 +201,16 @@ def test_overflow_between_calls_is_not_attributed(
     ws: Path, state_dir: Path, tmp_path: Path
 ) -> None:
     monitor = WorkspaceMonitor(ws, state_dir)
-    start_with_tiny_queue(monitor)
+    monitor.start()
     try:
         assert monitor.wait_ready(30)
-        fill(ws / "external", 500)  # overflows the queue with no call running
+        fill(ws / "external", 500)
+        # Overflows the queue with no call running.
+        with_reader_stalled(overflowing_writes(ws / "external" / "flooded"))
         effects = run(monitor, "printf mine > mine")
+        assert monitor._overflows > 0  # the case this test is about did happen
         assert summary(effects) == [("created", "mine")]
-        assert len(monitor.snapshot()) == 501
+        assert len(monitor.snapshot()) == 502
     finally:
         monitor.stop()
 
