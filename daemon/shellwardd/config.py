@@ -250,8 +250,9 @@ _OPTIONS = (
     _Option(
         "--limit-processes",
         "SHELLWARD_LIMIT_PROCESSES",
-        "Processes per call (the call's pids cgroup where there is one, and RLIMIT_NPROC; "
-        "0 = none; default 4096).",
+        "Processes per call (the call's pids cgroup; where the daemon can make none, "
+        "RLIMIT_NPROC, which counts every process of the sandbox's user; 0 = none; "
+        "default 4096).",
         kind=int,
     ),
     _Option(

@@ -7,6 +7,7 @@ few of them with the daemon as an ordinary user.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import threading
@@ -266,6 +267,32 @@ def test_process_limit_binds_root_too(sandbox: Sandbox, workspace: Path) -> None
     outcome = run(sandbox, workspace, "python3 fork.py", limits=Limits(max_processes=20))
     assert outcome.exit_code == 0, out(outcome)
     assert int(outcome.stdout.text.strip()) < 20, out(outcome)
+
+
+def test_one_calls_processes_do_not_count_against_another_calls_limit(
+    sandbox: Sandbox, workspace: Path
+) -> None:
+    # Every call of a root daemon runs as the same sandbox user. RLIMIT_NPROC counts all of
+    # that user's processes on the host, so with it a call's small limit was eaten by
+    # another call's processes; the call's pids cgroup counts its own only.
+    controls = {c.control: c.state for c in sandbox.containment(Limits())}
+    if "pids" not in controls["processes"]:
+        pytest.skip("no pids cgroup per call here: RLIMIT_NPROC is the only bound")
+    sleep = unique_sleep(61)
+    busy = threading.Thread(
+        target=run, args=(sandbox, workspace, " & ".join([sleep] * 12) + " & wait"),
+        kwargs={"timeout": 8.0}, daemon=True,
+    )  # fmt: skip
+    busy.start()
+    try:
+        wait_for(lambda: len(host_processes(sleep)) == 12, timeout=10)
+        outcome = run(sandbox, workspace, "true; true", limits=Limits(max_processes=6))
+        assert outcome.exit_code == 0, out(outcome)
+    finally:
+        for proc in host_processes(sleep):
+            with contextlib.suppress(OSError):
+                os.kill(int(proc.name), 9)
+        busy.join(10)
 
 
 def test_memory_limit_binds_the_whole_call(sandbox: Sandbox, workspace: Path) -> None:

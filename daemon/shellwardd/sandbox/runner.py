@@ -326,6 +326,10 @@ class Sandbox:
             "as an upper layer, not overlayfs or NFS)"
         )
 
+    def _prlimit_args(self, limits: Limits) -> list[str]:
+        pids = self._cgroups is not None and "pids" in self._cgroups.limited
+        return _prlimit_args(limits, per_call_pids=pids)
+
     def containment(self, limits: Limits) -> tuple[ContainmentControl, ...]:
         """What is in force, control by control (for ``shellward status``)."""
         if not self.enabled:
@@ -344,7 +348,7 @@ class Sandbox:
             ("capabilities", "none (--cap-drop ALL, nested user namespaces disabled)"),
             ("seccomp", self._filter.summary if self._filter else "not built"),
             ("processes", processes),
-            ("rlimits", " ".join(_prlimit_args(limits)) or "none"),
+            ("rlimits", " ".join(self._prlimit_args(limits)) or "none"),
             ("tmpfs", f"/tmp and /var/tmp {limits.tmp_bytes:,} bytes each"),
             ("env", "request variables set inside only (--clearenv, --setenv)"),
             (".git", "hooks and config writable" if self._git_writable else
@@ -534,7 +538,7 @@ class Sandbox:
                 profile, lower = self._profile(spec, egress)
                 overlay = self._overlay(spec, lower)
             prefix = [*self._spawn_prefix(cgroup, overlay), str(self._prlimit)]
-            prefix += [*_prlimit_args(spec.limits), "--"]
+            prefix += [*self._prlimit_args(spec.limits), "--"]
             if self.enabled:
                 status_read, status_write = os.pipe()
                 fds += [status_read, status_write]
@@ -765,11 +769,15 @@ def _memfd(name: str, content: str | bytes) -> int:
     return fd
 
 
-def _prlimit_args(limits: Limits) -> list[str]:
+def _prlimit_args(limits: Limits, *, per_call_pids: bool) -> list[str]:
+    """prlimit's options for ``limits``. RLIMIT_NPROC only without a pids cgroup per call
+    (``per_call_pids``): it counts every process of the sandbox's user on the host, so it
+    would make concurrent calls (and for a daemon that is not root, the user's own
+    programs) count against each call's limit."""
     pairs = (
         ("--cpu", limits.cpu_seconds),
         ("--as", limits.address_space_bytes),
-        ("--nproc", limits.max_processes),
+        ("--nproc", 0 if per_call_pids else limits.max_processes),
         ("--fsize", limits.file_size_bytes),
     )
     return [f"{flag}={value}:{value}" for flag, value in pairs if value > 0]
