@@ -11,7 +11,7 @@ from shellwardd.calls.mcp_tool import finished_entry
 from shellwardd.outcomes import captured
 from shellwardd.tools.classify import Source, ToolVerdict
 from shellwardd.tools.config import Trust
-from shellwardd.tools.mcp_client import OutcomeKind, ToolCallOutcome
+from shellwardd.tools.connection import OutcomeKind, ToolCallOutcome
 from shellwardd.tools.registry import RegisteredTool
 
 CAP = 64

@@ -15,8 +15,8 @@ from shellwardd.errors import InvalidArgument, NotFound
 from shellwardd.tools.classify import Source
 from shellwardd.tools.compensation import Compensation
 from shellwardd.tools.config import ServerConfig, ToolPin, ToolsConfig, Trust
+from shellwardd.tools.connection import OutcomeKind
 from shellwardd.tools.keys import KeyScope, default_template
-from shellwardd.tools.mcp_client import OutcomeKind
 from shellwardd.tools.registry import ToolRegistry, description_hash, uncertain_content
 from tests.mocks.business_mcp import TOOLS, executed, read_log
 

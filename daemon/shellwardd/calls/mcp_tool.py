@@ -22,7 +22,7 @@ from shellwardd.config import Config
 from shellwardd.errors import NotFound
 from shellwardd.outcomes import captured
 from shellwardd.requests import ToolRequest
-from shellwardd.tools.mcp_client import OutcomeKind, ToolCallOutcome
+from shellwardd.tools.connection import OutcomeKind, ToolCallOutcome
 from shellwardd.tools.registry import RegisteredTool, ToolRegistry, uncertain_content
 from shellwardd.watch.hashing import bytes_hash
 

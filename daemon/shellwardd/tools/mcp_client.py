@@ -23,7 +23,6 @@ The server's environment is the SDK's safe default (HOME, PATH, USER, …) plus 
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
 import sys
 import threading
@@ -32,7 +31,6 @@ import types
 from collections.abc import Callable, Coroutine, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
-from dataclasses import dataclass
 from typing import Any, TextIO, TypeVar
 
 import anyio
@@ -46,6 +44,7 @@ from shellwardd.errors import Unavailable
 
 from .classify import ToolHints
 from .config import ServerConfig
+from .connection import ConnectionStatus, OutcomeKind, ToolCallOutcome, ToolInfo
 
 log = logging.getLogger(__name__)
 
@@ -62,44 +61,6 @@ STOP_TIMEOUT = 10.0
 MAX_LIST_PAGES = 100
 
 CLIENT_INFO = mcp_types.Implementation(name="shellward", version="0.1.0")
-
-
-class OutcomeKind(enum.Enum):
-    OK = "ok"
-    ERROR = "error"
-    TIMEOUT = "timeout"
-    LOST = "lost"
-    UNAVAILABLE = "unavailable"
-
-
-@dataclass(frozen=True)
-class ToolInfo:
-    """One tool as its server lists it."""
-
-    name: str
-    description: str
-    input_schema: Mapping[str, Any]
-    annotations: ToolHints | None
-
-
-@dataclass(frozen=True)
-class ToolCallOutcome:
-    kind: OutcomeKind
-    # The tool's text content, blocks joined by newlines; non-text blocks as a placeholder.
-    content: str = ""
-    structured: Any = None
-    is_error: bool = False
-    # What happened, for a timeout, lost or unavailable call (a sentence for the ledger).
-    detail: str = ""
-
-
-@dataclass(frozen=True)
-class ConnectionStatus:
-    running: bool
-    starts: int
-    failures: int
-    retry_in: float
-    last_error: str
 
 
 def backoff_delay(failures: int) -> float:

@@ -26,14 +26,8 @@ from shellwardd.errors import InvalidArgument, NotFound, Unavailable
 
 from .classify import ToolHints, ToolVerdict, classify_tool
 from .config import ServerConfig, ToolPin, ToolsConfig, Trust
+from .connection import ConnectionStatus, OutcomeKind, ToolCallOutcome, ToolInfo
 from .keys import object_id, render_key
-from .mcp_client import (
-    ConnectionStatus,
-    McpServerConnection,
-    OutcomeKind,
-    ToolCallOutcome,
-    ToolInfo,
-)
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +78,9 @@ class ToolRegistry:
         # The first description hash seen per tool: what "changed" is measured against.
         self._baseline: dict[tuple[str, str], str] = {}
         self._problems: dict[str, tuple[str, ...]] = {}
+        if config.servers:
+            # Only here: the MCP SDK is half of the daemon's start-up imports.
+            from .mcp_client import McpServerConnection
         self._connections = {
             server.name: McpServerConnection(
                 server, on_tools_changed=partial(self._tools_changed, server.name)
