@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -241,3 +243,18 @@ def test_problems_with_pins_and_servers(start: Start) -> None:
     assert any(p.startswith("MCP server `broken`: could not start") for p in problems)
     # The working server's tools are there all the same.
     assert len(registry.list()) == len(TOOLS)
+
+
+def test_a_daemon_without_servers_does_not_load_the_mcp_sdk() -> None:
+    # Half of a daemon's start-up imports; only a configured server needs it.
+    script = (
+        "import sys, shellwardd.main\n"
+        "from shellwardd.tools.config import ToolsConfig\n"
+        "from shellwardd.tools.registry import ToolRegistry\n"
+        "ToolRegistry(ToolsConfig()).start()\n"
+        "print(sorted(m for m in sys.modules if m == 'mcp' or m.startswith('mcp.')))\n"
+    )
+    found = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    ).stdout
+    assert found.strip() == "[]"
