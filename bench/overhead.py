@@ -3,9 +3,10 @@
 Both sides run the same sandbox (the daemon's own Sandbox.run: profile, seccomp filter,
 call cgroup, idmapped workspace as root, and the call's staged overlay, made and removed
 around each call: bench/bare.py), interleaved in one process so that machine noise hits
-both alike. A third side is the minimal profile a user would script by hand (ro root,
-rw workspace, private /tmp, unshare-all), spawned with subprocess. ``--baseline DIR`` adds
-a second daemon run from another tree's daemon/ and client/ (e.g. a ``git archive`` of the
+both alike (each side takes each place in the round in turn). A third side is the
+minimal profile a user would script by hand (ro root, rw workspace, private /tmp,
+unshare-all), spawned with subprocess. ``--baseline DIR`` adds a second daemon run from
+another tree's daemon/ and client/ (e.g. a ``git archive`` of the
 commit before a change), interleaved too: a before/after in one run. Also prints a
 breakdown: an empty gRPC round trip, the three ledger commits of a call, and the
 classification, and the CPU time of the spawning process per call (the daemon's, the
@@ -101,17 +102,32 @@ def main() -> int:
                 daemon_s, bare_s, rpc_s, ledger_s, classify_s = [], [], [], [], []
                 ledger2_s: list[float] = []
                 old_s, minimal_s = [], []
-                daemon_cpu = bare_cpu = 0.0
-                for i in range(args.runs):
+                cpu_s = {"daemon": 0.0, "baseline": 0.0, "bare": 0.0}
+
+                def daemon_call() -> None:
                     cpu = _cpu_seconds(daemon.process.pid)
                     daemon_s.append(_time(lambda: client.run_command("true", cwd=workspace)))
-                    daemon_cpu += _cpu_seconds(daemon.process.pid) - cpu
-                    if baseline:
-                        old_s.append(_time(lambda: old.run_command("true", cwd=workspace)))
+                    cpu_s["daemon"] += _cpu_seconds(daemon.process.pid) - cpu
+
+                def baseline_call() -> None:
+                    assert baseline is not None
+                    cpu = _cpu_seconds(baseline.process.pid)
+                    old_s.append(_time(lambda: old.run_command("true", cwd=workspace)))
+                    cpu_s["baseline"] += _cpu_seconds(baseline.process.pid) - cpu
+
+                def bare_call() -> None:
                     cpu = time.process_time()
                     bare_s.append(_time(bare))
-                    bare_cpu += time.process_time() - cpu
-                    minimal_s.append(_time(minimal_spawn))
+                    cpu_s["bare"] += time.process_time() - cpu
+
+                sides = [daemon_call, *([baseline_call] if baseline else []), bare_call,
+                         lambda: minimal_s.append(_time(minimal_spawn))]  # fmt: skip
+                for i in range(args.runs):
+                    # Each side takes each place in turn, so that none always follows the
+                    # same work (the breakdown's fsyncs, another daemon's call).
+                    turn = i % len(sides)
+                    for side in sides[turn:] + sides[:turn]:
+                        side()
                     rpc_s.append(_time(client.status))
                     ledger_s.append(_time(lambda i=i: _three_commits(ledger, f"c{i}")))
                     ledger2_s.append(_time(lambda i=i: _two_commits(ledger, f"d{i}")))
@@ -138,8 +154,11 @@ def main() -> int:
         o_med, o_p95 = _ms(old_s)
         print(f"baseline daemon ({args.baseline}) median {o_med:7.2f} ms   p95 {o_p95:7.2f} ms")
         print(f"ratio daemon/baseline           median {d_med / o_med:7.2f}")
-    print(f"CPU of the spawning process per call: daemon {daemon_cpu / args.runs * 1000:.2f} ms, "
-          f"bare {bare_cpu / args.runs * 1000:.2f} ms (means)")  # fmt: skip
+    cpu_ms = {side: seconds / args.runs * 1000 for side, seconds in cpu_s.items()}
+    print(f"CPU of the spawning process per call: daemon {cpu_ms['daemon']:.2f} ms, "
+          f"bare {cpu_ms['bare']:.2f} ms (means)")  # fmt: skip
+    if old_s:
+        print(f"CPU of the baseline daemon per call: {cpu_ms['baseline']:.2f} ms (mean)")
     print("breakdown (medians):")
     for label, samples in (
         ("empty gRPC round trip (GetStatus)", rpc_s),

@@ -875,6 +875,15 @@ def _effect_from_json(data: dict[str, Any]) -> FileEffect:
     return FileEffect(**{**data, "kind": EffectKind(data["kind"])})
 
 
+# The same for a verdict's parts and their argument facts (every call stores one).
+_PART_FIELDS = tuple(field.name for field in dataclasses.fields(CommandPart))
+_FACT_FIELDS = tuple(field.name for field in dataclasses.fields(ArgumentFact))
+
+
+def _fact_to_json(fact: ArgumentFact) -> dict[str, Any]:
+    return {**{name: getattr(fact, name) for name in _FACT_FIELDS}, "kind": fact.kind.value}
+
+
 def _verdict_to_json(verdict: Verdict) -> dict[str, Any]:
     return {
         "idempotency": verdict.idempotency.value,
@@ -886,12 +895,10 @@ def _verdict_to_json(verdict: Verdict) -> dict[str, Any]:
         "destinations": list(verdict.destinations),
         "parts": [
             {
-                **dataclasses.asdict(part),
+                **{name: getattr(part, name) for name in _PART_FIELDS},
                 "idempotency": part.idempotency.value,
                 "replay_policy": part.replay_policy.value,
-                "arguments": [
-                    {**dataclasses.asdict(fact), "kind": fact.kind.value} for fact in part.arguments
-                ],
+                "arguments": [_fact_to_json(fact) for fact in part.arguments],
             }
             for part in verdict.parts
         ],

@@ -8,6 +8,7 @@ part (fail closed).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,6 +93,18 @@ def parse(
 ) -> Parsed:
     """Walk ``text``. Spans are ``base + offset``; with ``base=None`` every span is
     ``fallback`` (used for code re-parsed from a word whose text differs from its source)."""
+    if len(text) <= _CACHED_TEXT:
+        return _cached_walk(text, context, base, fallback)
+    return _walk(text, context, base, fallback)
+
+
+# The walk is pure (a string in, frozen values out) and agents repeat commands (a test
+# loop, `git status`): bashlex's parser was ~6 % of a call's CPU. Only short texts, so
+# the cache stays small (at most ~128 x 2 KiB of source) whatever a client sends.
+_CACHED_TEXT = 2048
+
+
+def _walk(text: str, context: str, base: int | None, fallback: tuple[int, int]) -> Parsed:
     walker = _Walker(text, prepare(text), context, base, fallback)
     walker.run()
     return Parsed(
@@ -100,6 +113,9 @@ def parse(
         frozenset(walker.functions),
         tuple(walker.loop_variables),
     )
+
+
+_cached_walk = functools.lru_cache(maxsize=128)(_walk)
 
 
 @dataclass

@@ -84,12 +84,14 @@ class Toolchains:
         found: list[Toolchain] = []
         named = {t.path for t in self.operator}
         if self.auto and workspace:
-            real = os.path.realpath(workspace)
             for relative in WORKSPACE_DIRS:
                 path = os.path.join(workspace, relative)
-                # No symlinked venv: its programs would come from outside, under our name.
-                same = os.path.realpath(path) == os.path.join(real, relative)
-                if path not in named and same and os.path.isdir(path):
+                # isdir first: most workspaces have none of these, and realpath costs an
+                # lstat per component, twice a call. No symlinked venv: its programs would
+                # come from outside, under our name.
+                if path in named or not os.path.isdir(path):
+                    continue
+                if os.path.realpath(path) == os.path.join(os.path.realpath(workspace), relative):
                     found.append(Toolchain(path, agent_writable=True))
         return (*self.operator, *found, *self.user)
 

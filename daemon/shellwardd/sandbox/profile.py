@@ -200,4 +200,8 @@ def bwrap_args(
 
 
 def _is_inside(path: Path, root: Path) -> bool:
-    return path == root or root in path.parents
+    """``path == root or root in path.parents``, on the parts' tuples: building each parent
+    as a Path cost ~0.1 ms of a call's CPU right before its spawn. An empty (relative)
+    root is inside nothing, so that nothing is left unhidden because of it."""
+    parts = root.parts
+    return bool(parts) and path.parts[: len(parts)] == parts
