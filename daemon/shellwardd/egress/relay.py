@@ -22,6 +22,11 @@ Choices, and why:
   connection (docs/performance.md). ``socket.send_fds`` is Python 3.9 or newer:
   :func:`python` refuses an older ``python3`` at once rather than let every connection
   fail.
+- **A connection it cannot hand over gets a 502 that says why** (the proxy socket gone:
+  the call ended, or the daemon did), not an empty reply that tells the command nothing.
+  The relay reads the client's request to its end (or for two seconds) after answering:
+  closing a socket with unread bytes sends a reset, which may destroy the answer before
+  the client has read it.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ NO_PROXY = "localhost,127.0.0.1,::1"
 
 _RELAY = r"""
 import os, socket, sys
+_LINGER = 2.0
 port, path, argv = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
 server = socket.socket()
 server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -58,8 +64,21 @@ while True:
         try:
             upstream.connect(path)
             socket.send_fds(upstream, [b"\0"], [client.fileno()])
-        except OSError:
-            pass
+        except OSError as exc:
+            body = (
+                f"shellward's network relay cannot reach the daemon's proxy ({exc}): the "
+                "call's network has ended or the daemon is gone; run the command again\n"
+            ).encode()
+            head = "HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain\r\n"
+            head += f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+            try:
+                client.settimeout(_LINGER)
+                client.sendall(head.encode() + body)
+                client.shutdown(socket.SHUT_WR)
+                while client.recv(65536):  # its request, unread, would reset the answer
+                    pass
+            except OSError:
+                pass
 """
 
 

@@ -33,6 +33,9 @@ Choices, and why:
   cancelled or times out and its task is cancelled) shuts both sockets down, which wakes
   a thread blocked in ``splice`` at once; the coroutine then waits for both threads, so
   the counts are final before the effect is recorded.
+- **A limit for the client's way** (a plain HTTP request's body, from its
+  ``Content-Length``): the copy stops there, so bytes behind the checked request (a second,
+  pipelined one, naming another host) never reach the server unchecked.
 - **Each thread works on duplicates of the two descriptors** and closes them itself as
   it ends: the proxy may close its own sockets at any time without a thread ever
   splicing into a descriptor number that was closed and reused.
@@ -65,11 +68,17 @@ _BUSY, _IDLE = "egress-tunnel", "egress-tunnel (idle)"
 
 
 async def copy_both_ways(
-    client: socket.socket, upstream: socket.socket, first: bytes, counts: list[int]
+    client: socket.socket,
+    upstream: socket.socket,
+    first: bytes,
+    counts: list[int],
+    upward_limit: int | None = None,
 ) -> None:
     """Copy until both ways have ended (each end's half-close passed on to the other), or
-    the call ends (cancelled), adding to counts [to upstream, from it]. The sockets stay the
-    caller's (to close); nothing else may read or write them meanwhile."""
+    the call ends (cancelled), adding to counts [to upstream, from it]. ``upward_limit``:
+    how many of the client's bytes after ``first`` go upstream at most (a forwarded
+    request's body); the client's way ends there, without a half-close. The sockets stay
+    the caller's (to close); nothing else may read or write them meanwhile."""
     loop = asyncio.get_running_loop()
     sent = 0
     if first:
@@ -78,8 +87,8 @@ async def copy_both_ways(
         counts[0] += sent
     for sock in (client, upstream):
         sock.setblocking(True)  # the threads block in the kernel, not the loop
-    upward = _start(loop, client, upstream, first[sent:], counts, 0)
-    downward = _start(loop, upstream, client, b"", counts, 1)
+    upward = _start(loop, client, upstream, first[sent:], counts, 0, upward_limit)
+    downward = _start(loop, upstream, client, b"", counts, 1, None)
     try:
         # Not the server's end alone: a server that half-closes first (it has sent all)
         # must still receive all the client sends after that.
@@ -98,13 +107,14 @@ def _start(
     first: bytes,
     counts: list[int],
     slot: int,
+    limit: int | None,
 ) -> asyncio.Future[None]:
     done: asyncio.Future[None] = loop.create_future()
     ends = (source.dup(), sink.dup())
 
     def run() -> None:
         try:
-            _copy(*ends, first, counts, slot)
+            _copy(*ends, first, counts, slot, limit)
         finally:
             for end in ends:
                 end.close()
@@ -170,7 +180,12 @@ def _settle(done: asyncio.Future[None]) -> None:
 
 
 def _copy(
-    source: socket.socket, sink: socket.socket, first: bytes, counts: list[int], slot: int
+    source: socket.socket,
+    sink: socket.socket,
+    first: bytes,
+    counts: list[int],
+    slot: int,
+    limit: int | None,
 ) -> None:
     read_end, write_end = os.pipe2(os.O_CLOEXEC)
     try:
@@ -180,12 +195,17 @@ def _copy(
         if first:
             sink.sendall(first)
             counts[slot] += len(first)
-        while size := os.splice(source.fileno(), write_end, _PIPE_SIZE):
+        left = limit
+        while left != 0:
+            size = os.splice(source.fileno(), write_end, min(_PIPE_SIZE, left or _PIPE_SIZE))
+            if not size:
+                sink.shutdown(socket.SHUT_WR)  # a half-close is passed on
+                return
+            left = None if left is None else left - size
             while size:
                 moved = os.splice(read_end, sink.fileno(), size)
                 counts[slot] += moved
                 size -= moved
-        sink.shutdown(socket.SHUT_WR)  # a half-close is passed on
     except OSError:
         # A reset or broken pipe either way ends the tunnel both ways.
         _shut(source)
