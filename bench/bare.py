@@ -24,8 +24,8 @@ from shellward.types import CallStatus, Verdict
 from shellwardd.calls.command import CommandKind
 from shellwardd.classifier.toolchains import build_toolchains
 from shellwardd.config import Config
+from shellwardd.main import build_sandbox
 from shellwardd.requests import CommandRequest
-from shellwardd.sandbox import Sandbox
 from shellwardd.staging.area import StagingArea
 
 
@@ -41,14 +41,7 @@ class BareSandbox:
         state.mkdir(mode=0o700)
         workspace = workspace.resolve()  # as the daemon's canonical cwd
         config = Config(socket=base / "bare.sock", state_dir=state, workspaces=(workspace,))
-        self.sandbox = Sandbox(
-            enabled=not config.no_sandbox,
-            hidden=config.hidden,
-            git_writable=config.git_writable,
-            sandbox_uid=config.sandbox_uid,
-            overlay=config.overlay,
-            state_dir=state,
-        )
+        self.sandbox = build_sandbox(config)
         self.sandbox.check()
         toolchains = build_toolchains(
             config.toolchains,
