@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from shellward import Client
-from tests.helpers import Daemon, start_daemon
+from tests.helpers import Daemon, daemon_under, start_daemon
 from tests.postgres import PostgresServer, start_postgres, unavailable
 
 
@@ -37,12 +37,8 @@ def module_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     test's time. A module whose tests need neither a fresh daemon nor an empty ledger or
     workspace (each uses its own run ids and file names) opts in by overriding ``daemon``
     with this one and ``workspace`` with its workspace."""
-    root = tmp_path_factory.mktemp("daemon")
-    workspace = root / "workspace"
-    workspace.mkdir()
-    handle = start_daemon(root / "run" / "shellward.sock", root / "state", workspace)
-    yield handle
-    handle.stop(signal.SIGKILL if handle.process.poll() is None else signal.SIGTERM)
+    with daemon_under(tmp_path_factory.mktemp("daemon")) as handle:
+        yield handle
 
 
 @pytest.fixture

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +39,19 @@ class Daemon:
 
     def logs(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+
+@contextlib.contextmanager
+def daemon_under(root: Path) -> Iterator[Daemon]:
+    """A daemon whose socket, state dir and (new, empty) workspace are under ``root``,
+    killed when the block ends: one daemon shared by many tests."""
+    workspace = root / "workspace"
+    workspace.mkdir()
+    handle = start_daemon(root / "run" / "shellward.sock", root / "state", workspace)
+    try:
+        yield handle
+    finally:
+        handle.stop(signal.SIGKILL)
 
 
 def start_daemon(

@@ -4,7 +4,6 @@ call the CLI: as a subprocess (real stdout/stderr bytes, real exit status) or in
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -14,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from shellward.cli import main
-from tests.helpers import Daemon, start_daemon
+from tests.helpers import Daemon, daemon_under
 
 
 @dataclass(frozen=True)
@@ -26,12 +25,8 @@ class Outcome:
 
 @pytest.fixture(scope="package")
 def cli_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    root = tmp_path_factory.mktemp("cli")
-    workspace = root / "workspace"
-    workspace.mkdir()
-    handle = start_daemon(root / "run" / "shellward.sock", root / "state", workspace)
-    yield handle
-    handle.stop(signal.SIGKILL if handle.process.poll() is None else signal.SIGTERM)
+    with daemon_under(tmp_path_factory.mktemp("cli")) as handle:
+        yield handle
 
 
 def _clean_env() -> dict[str, str]:
