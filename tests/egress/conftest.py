@@ -96,6 +96,13 @@ def listener() -> Iterator[tuple[int, list[object]]]:
             except OSError:
                 return
 
-    threading.Thread(target=accept, daemon=True).start()
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
     yield server.getsockname()[1], accepted
+    # shutdown wakes the blocked accept (close alone would leave it, and the port, held).
+    server.shutdown(socket.SHUT_RDWR)
     server.close()
+    thread.join(5)
+    assert not thread.is_alive(), "the listener's accept thread did not end"
+    for connection, _ in accepted:  # type: ignore[misc]
+        connection.close()
