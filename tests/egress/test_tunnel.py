@@ -387,6 +387,28 @@ def test_a_tcp_connection_passed_by_the_relay_is_served_directly(
     assert (effect.port, effect.bytes_received) == (port, len(down))
 
 
+def test_the_commands_leg_uses_reno_whatever_the_hosts_default(
+    proxy: EgressProxy, upstream: Callable[[Handler], int]
+) -> None:
+    # The command's connection is a loopback in its sandbox: a pacing default (BBR on the
+    # test machine) would release every spliced burst by timers.
+    port = upstream(lambda conn: conn.sendall(b"answer"))
+    call = proxy.open(OPERATOR)
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        command = socket.create_connection(listener.getsockname(), timeout=30)
+        accepted, _ = listener.accept()
+    # The test keeps the relay's copy: the proxy's end of the command's connection.
+    with accepted, closing(command):
+        _pass(call, accepted.fileno()).close()
+        command.sendall(f"CONNECT {NAME}:{port} HTTP/1.1\r\n\r\n".encode())
+        assert _read_exactly(command, 39).startswith(b"HTTP/1.1 200 ")
+        command.sendall(b"hello")
+        assert _read_all(command) == b"answer"
+        name = accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16)
+    assert name.rstrip(b"\0") == b"reno"
+    proxy.close_call(call)
+
+
 def _open_fds() -> dict[str, str]:
     """This process's descriptors (the proxy's among them), and what each one is."""
     found = {}

@@ -24,6 +24,14 @@ Choices, and why:
   server: what it cannot take at once, the upward thread sends by ``sendall`` before it
   splices, as the downward one copies the server's answer (a server that answers before
   it reads the whole request does not hold up the tunnel).
+- **The command's leg uses Reno** (``TCP_CONGESTION``; the server's leg keeps the host's
+  choice). That connection is a loopback inside the sandbox's own network namespace (the
+  relay's port), where congestion control has no link to share; but it inherits the
+  host's default, and with a pacing one (BBR, as on the test machine) every burst the
+  proxy splices in is released by pacing timers, whose work lands on whichever thread
+  holds the CPU. Reno, built into every kernel and allowed to every user, sends at once:
+  the copying thread's CPU per GB fell by a quarter (docs/performance.md). A command that
+  connects to the proxy socket itself (a Unix socket) has no such leg.
 - **Counts are bytes that reached the other side**, added as each splice out of the pipe
   returns: a transfer cut short records what was sent, not what was read.
 - **Ending.** The server's end (end of stream or an error) ends the tunnel: the client
@@ -65,6 +73,8 @@ _PIPE_SIZE = 1 << 20
 # How long a thread whose tunnel has ended waits for the next one before it ends.
 _IDLE_SECONDS = 60.0
 _BUSY, _IDLE = "egress-tunnel", "egress-tunnel (idle)"
+# The congestion control of the command's loopback leg.
+_CLIENT_CONGESTION = b"reno"
 
 
 async def copy_both_ways(
@@ -87,6 +97,9 @@ async def copy_both_ways(
         counts[0] += sent
     for sock in (client, upstream):
         sock.setblocking(True)  # the threads block in the kernel, not the loop
+    if client.family in (socket.AF_INET, socket.AF_INET6):
+        with contextlib.suppress(OSError):  # already reset by the command: the copy ends it
+            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, _CLIENT_CONGESTION)
     upward = _start(loop, client, upstream, first[sent:], counts, 0, upward_limit)
     downward = _start(loop, upstream, client, b"", counts, 1, None)
     try:
