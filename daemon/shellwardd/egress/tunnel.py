@@ -26,12 +26,11 @@ Choices, and why:
   it reads the whole request does not hold up the tunnel).
 - **The command's leg uses Reno** (``TCP_CONGESTION``; the server's leg keeps the host's
   choice). That connection is a loopback inside the sandbox's own network namespace (the
-  relay's port), where congestion control has no link to share; but it inherits the
-  host's default, and with a pacing one (BBR, as on the test machine) every burst the
-  proxy splices in is released by pacing timers, whose work lands on whichever thread
-  holds the CPU. Reno, built into every kernel and allowed to every user, sends at once:
-  the copying thread's CPU per GB fell by a quarter (docs/performance.md). A command that
-  connects to the proxy socket itself (a Unix socket) has no such leg.
+  relay's port), where congestion control shares no link, but it inherits the host's
+  default: with BBR (the test machine's), which paces, the copying thread spent a quarter
+  to a third more CPU per GB than with Reno, which sends as the window allows
+  (docs/performance.md). Reno is built into every kernel and allowed to every user. A
+  command that connects to the proxy socket itself (a Unix socket) has no such leg.
 - **Counts are bytes that reached the other side**, added as each splice out of the pipe
   returns: a transfer cut short records what was sent, not what was read.
 - **Ending.** The server's end (end of stream or an error) ends the tunnel: the client
