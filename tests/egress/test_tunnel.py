@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import hashlib
 import os
 import resource
@@ -127,6 +128,40 @@ def test_a_large_transfer_is_copied_and_counted_exactly(
     (effect,) = call.effects()
     assert (effect.bytes_sent, effect.bytes_received) == (len(up), len(down))
     assert effect.method == "CONNECT" and not effect.refused
+
+
+def test_a_pipe_grows_only_for_a_transfer_in_bulk(
+    proxy: EgressProxy, upstream: Callable[[Handler], int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Pipe sizes count against the user's quota, idle tunnels' too: past it every new pipe
+    # has two pages. A tunnel that exchanges little keeps the kernel's default pipes; the
+    # way that moves more than one holds grows its own, once. (A pipe's size cannot be read
+    # from outside: a thread waiting in splice holds the pipe's lock.)
+    grown: list[int] = []
+    real = fcntl.fcntl
+
+    def spy(fd: int, cmd: int, arg: int = 0) -> int:
+        if cmd == fcntl.F_SETPIPE_SZ:
+            grown.append(arg)
+        return real(fd, cmd, arg)
+
+    monkeypatch.setattr(fcntl, "fcntl", spy)
+    down = _pattern(8 * MB, b"bulk")
+
+    def server(conn: socket.socket) -> None:
+        request = _read_exactly(conn, 5)
+        conn.sendall(b"small" if request == b"small" else down)
+
+    call = proxy.open(OPERATOR)
+    for ended, (request, answer, growths) in enumerate(
+        ((b"small", b"small", []), (b"large", down, [1 << 20])), start=1
+    ):
+        with closing(_tunnel(call, upstream(server))) as client:
+            client.sendall(request)
+            assert _read_all(client) == answer
+        wait_for(lambda ended=ended: len(call.effects()) == ended)  # its copies are done
+        assert grown == growths
+    proxy.close_call(call)
 
 
 def test_bytes_sent_with_the_connect_line_are_not_lost(
