@@ -459,7 +459,11 @@ def main() -> int:
         return serve_here(*args.serve)
     if args.realtime:
         # Before any thread or process starts: they inherit it.
-        os.sched_setscheduler(0, os.SCHED_RR, os.sched_param(1))
+        try:
+            os.sched_setscheduler(0, os.SCHED_RR, os.sched_param(1))
+        except PermissionError:
+            print("--realtime needs CAP_SYS_NICE (run it as root)", file=sys.stderr)
+            return 2
 
     workspace = Path(tempfile.mkdtemp(prefix="shellward-bench-net-"))
     workspace.chmod(0o777)
