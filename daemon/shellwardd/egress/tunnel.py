@@ -16,8 +16,10 @@ Choices, and why:
   ``sendall`` with a preallocated buffer in threads 2.6 to 2.9, splicing on the event
   loop (non-blocking, woken by readiness) 1.6.
 - **A pipe grows only for a transfer in bulk.** Each direction starts with the kernel's
-  default pipe (64 KiB) and grows it to 1 MiB the first time a splice fills it: a 64 KiB
-  pipe costs the copying thread about twice the CPU per byte of a 1 MiB one. The kernel
+  default pipe (64 KiB) and grows it to 1 MiB once it has carried :data:`_BULK` bytes: a
+  64 KiB pipe costs the copying thread about twice the CPU per byte of a 1 MiB one. (Not
+  "once a splice fills it": a pipe is full when its slots are, one per piece of a
+  socket buffer, which from a network card often hold far less than a page.) The kernel
   counts a pipe's size against its user's quota (``pipe-user-pages-soft``, 64 MiB by
   default; a root daemon is exempt), and past it every new pipe has two pages and cannot
   grow: a copy then costs twelve times the CPU and moves at a quarter of the speed. With
@@ -75,9 +77,11 @@ import socket
 import threading
 from collections.abc import Callable
 
-# What a direction's pipe grows to once it is filled (the default pipe-max-size): one
+# What a direction's pipe grows to in a transfer in bulk (the default pipe-max-size): one
 # splice moves up to this much.
 _PIPE_SIZE = 1 << 20
+# What a direction has carried when it is a transfer in bulk.
+_BULK = 1 << 18
 # How long a thread whose tunnel has ended waits for the next one before it ends.
 _IDLE_SECONDS = 60.0
 _BUSY, _IDLE = "egress-tunnel", "egress-tunnel (idle)"
@@ -210,8 +214,8 @@ def _copy(
 ) -> None:
     read_end, write_end = os.pipe2(os.O_CLOEXEC)
     try:
-        capacity = fcntl.fcntl(write_end, fcntl.F_GETPIPE_SZ)
-        grow = capacity < _PIPE_SIZE
+        grow = fcntl.fcntl(write_end, fcntl.F_GETPIPE_SZ) < _PIPE_SIZE
+        carried = 0
         if first:
             sink.sendall(first)
             counts[slot] += len(first)
@@ -222,14 +226,13 @@ def _copy(
                 sink.shutdown(socket.SHUT_WR)  # a half-close is passed on
                 return
             left = None if left is None else left - size
-            full = size >= capacity
+            carried += size
             while size:
                 moved = os.splice(read_end, sink.fileno(), size)
                 counts[slot] += moved
                 size -= moved
-            if full and grow:
-                # A transfer in bulk: the pipe, empty now, grows once.
-                grow = False
+            if grow and carried >= _BULK:
+                grow = False  # asked once; the pipe is empty here, as resizing wants
                 with contextlib.suppress(OSError):  # past the user's pipe quota: as it is
                     fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, _PIPE_SIZE)
     except OSError:
