@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import hashlib
 import os
 import resource
@@ -127,6 +128,40 @@ def test_a_large_transfer_is_copied_and_counted_exactly(
     (effect,) = call.effects()
     assert (effect.bytes_sent, effect.bytes_received) == (len(up), len(down))
     assert effect.method == "CONNECT" and not effect.refused
+
+
+def test_a_pipe_grows_only_for_a_transfer_in_bulk(
+    proxy: EgressProxy, upstream: Callable[[Handler], int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Pipe sizes count against the user's quota, idle tunnels' too: past it every new pipe
+    # has two pages. A tunnel that exchanges little keeps the kernel's default pipes; the
+    # way that carries a transfer in bulk grows its own, once. (A pipe's size cannot be
+    # read from outside: a thread waiting in splice holds the pipe's lock.)
+    grown: list[int] = []
+    real = fcntl.fcntl
+
+    def spy(fd: int, cmd: int, arg: int = 0) -> int:
+        if cmd == fcntl.F_SETPIPE_SZ:
+            grown.append(arg)
+        return real(fd, cmd, arg)
+
+    monkeypatch.setattr(fcntl, "fcntl", spy)
+    down = _pattern(8 * MB, b"bulk")
+
+    def server(conn: socket.socket) -> None:
+        request = _read_exactly(conn, 5)
+        conn.sendall(b"small" if request == b"small" else down)
+
+    call = proxy.open(OPERATOR)
+    for ended, (request, answer, growths) in enumerate(
+        ((b"small", b"small", []), (b"large", down, [1 << 20])), start=1
+    ):
+        with closing(_tunnel(call, upstream(server))) as client:
+            client.sendall(request)
+            assert _read_all(client) == answer
+        wait_for(lambda ended=ended: len(call.effects()) == ended)  # its copies are done
+        assert grown == growths
+    proxy.close_call(call)
 
 
 def test_bytes_sent_with_the_connect_line_are_not_lost(
@@ -385,6 +420,28 @@ def test_a_tcp_connection_passed_by_the_relay_is_served_directly(
     proxy.close_call(call)
     (effect,) = call.effects()
     assert (effect.port, effect.bytes_received) == (port, len(down))
+
+
+def test_the_commands_leg_uses_reno_whatever_the_hosts_default(
+    proxy: EgressProxy, upstream: Callable[[Handler], int]
+) -> None:
+    # The command's connection is a loopback in its sandbox: with a pacing default (BBR on
+    # the test machine) the copy cost a quarter to a third more CPU.
+    port = upstream(lambda conn: conn.sendall(b"answer"))
+    call = proxy.open(OPERATOR)
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        command = socket.create_connection(listener.getsockname(), timeout=30)
+        accepted, _ = listener.accept()
+    # The test keeps the relay's copy: the proxy's end of the command's connection.
+    with accepted, closing(command):
+        _pass(call, accepted.fileno()).close()
+        command.sendall(f"CONNECT {NAME}:{port} HTTP/1.1\r\n\r\n".encode())
+        assert _read_exactly(command, 39).startswith(b"HTTP/1.1 200 ")
+        command.sendall(b"hello")
+        assert _read_all(command) == b"answer"
+        name = accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16)
+    assert name.rstrip(b"\0") == b"reno"
+    proxy.close_call(call)
 
 
 def _open_fds() -> dict[str, str]:

@@ -15,6 +15,16 @@ Choices, and why:
   alone, docs/performance.md): splicing in threads about 3.5 GB/s, ``recv_into`` and
   ``sendall`` with a preallocated buffer in threads 2.6 to 2.9, splicing on the event
   loop (non-blocking, woken by readiness) 1.6.
+- **A pipe grows only for a transfer in bulk.** Each direction starts with the kernel's
+  default pipe (64 KiB) and grows it to 1 MiB once it has carried :data:`_BULK` bytes: a
+  64 KiB pipe costs the copying thread about twice the CPU per byte of a 1 MiB one. (Not
+  "once a splice fills it": a pipe is full when its slots are, one per piece of a
+  socket buffer, which from a network card often hold far less than a page.) The kernel
+  counts a pipe's size against its user's quota (``pipe-user-pages-soft``, 64 MiB by
+  default; a root daemon is exempt), and past it every new pipe has two pages and cannot
+  grow: a copy then costs twelve times the CPU and moves at a quarter of the speed. With
+  1 MiB from the start, 32 tunnels open at once, idle ones included, reached it; now 512
+  idle ones do, or 32 moving data in bulk.
 - **What the proxy already holds goes first** (``first``: a forwarded request head, a
   ClientHello and whatever the client sent behind it), then the splicing. The event loop
   sends what the server's socket takes at once (all of a ClientHello), before any thread
@@ -24,6 +34,13 @@ Choices, and why:
   server: what it cannot take at once, the upward thread sends by ``sendall`` before it
   splices, as the downward one copies the server's answer (a server that answers before
   it reads the whole request does not hold up the tunnel).
+- **The command's leg uses Reno** (``TCP_CONGESTION``; the server's leg keeps the host's
+  choice). That connection is a loopback inside the sandbox's own network namespace (the
+  relay's port), where congestion control shares no link, but it inherits the host's
+  default: with BBR (the test machine's), which paces, the copying thread spent a quarter
+  to a third more CPU per GB than with Reno, which sends as the window allows
+  (docs/performance.md). Reno is built into every kernel and allowed to every user. A
+  command that connects to the proxy socket itself (a Unix socket) has no such leg.
 - **Counts are bytes that reached the other side**, added as each splice out of the pipe
   returns: a transfer cut short records what was sent, not what was read.
 - **Ending.** The server's end (end of stream or an error) ends the tunnel: the client
@@ -60,11 +77,16 @@ import socket
 import threading
 from collections.abc import Callable
 
-# The default /proc/sys/fs/pipe-max-size: one splice moves up to this much.
+# What a direction's pipe grows to in a transfer in bulk (the default pipe-max-size): one
+# splice moves up to this much.
 _PIPE_SIZE = 1 << 20
+# What a direction has carried when it is a transfer in bulk.
+_BULK = 1 << 18
 # How long a thread whose tunnel has ended waits for the next one before it ends.
 _IDLE_SECONDS = 60.0
 _BUSY, _IDLE = "egress-tunnel", "egress-tunnel (idle)"
+# The congestion control of the command's loopback leg.
+_CLIENT_CONGESTION = b"reno"
 
 
 async def copy_both_ways(
@@ -87,6 +109,9 @@ async def copy_both_ways(
         counts[0] += sent
     for sock in (client, upstream):
         sock.setblocking(True)  # the threads block in the kernel, not the loop
+    if client.family in (socket.AF_INET, socket.AF_INET6):
+        with contextlib.suppress(OSError):  # already reset by the command: the copy ends it
+            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, _CLIENT_CONGESTION)
     upward = _start(loop, client, upstream, first[sent:], counts, 0, upward_limit)
     downward = _start(loop, upstream, client, b"", counts, 1, None)
     try:
@@ -189,9 +214,8 @@ def _copy(
 ) -> None:
     read_end, write_end = os.pipe2(os.O_CLOEXEC)
     try:
-        # Past the user's pipe quota the kernel refuses a larger pipe: keep the default.
-        with contextlib.suppress(OSError):
-            fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, _PIPE_SIZE)
+        grow = fcntl.fcntl(write_end, fcntl.F_GETPIPE_SZ) < _PIPE_SIZE
+        carried = 0
         if first:
             sink.sendall(first)
             counts[slot] += len(first)
@@ -202,10 +226,15 @@ def _copy(
                 sink.shutdown(socket.SHUT_WR)  # a half-close is passed on
                 return
             left = None if left is None else left - size
+            carried += size
             while size:
                 moved = os.splice(read_end, sink.fileno(), size)
                 counts[slot] += moved
                 size -= moved
+            if grow and carried >= _BULK:
+                grow = False  # asked once; the pipe is empty here, as resizing wants
+                with contextlib.suppress(OSError):  # past the user's pipe quota: as it is
+                    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, _PIPE_SIZE)
     except OSError:
         # A reset or broken pipe either way ends the tunnel both ways.
         _shut(source)
