@@ -256,3 +256,30 @@ def test_a_staged_file_written_in_the_windows_first_tick_is_read_again(
     view.close()
     assert "m.txt" in probed and "d/new.txt" not in probed
     assert setup.monitor.snapshot()["m.txt"].hash == bytes_hash(b"new\n")
+
+
+def test_the_commits_own_file_events_are_dropped(
+    setup: _Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The observer does not handle the events of the files the commit moves in: the
+    window's close looks at them anyway. (d/new.txt is in a directory the commit makes,
+    unwatched when the commit names its files: its events are handled.)"""
+    stager = setup.stager()
+    final, dirs, view = setup.stage(stager)
+    seen: list[str] = []
+    original = setup.monitor.on_dirty
+
+    def spy(path: str, is_dir: bool) -> None:
+        seen.append(path)
+        original(path, is_dir)
+
+    monkeypatch.setattr(setup.monitor, "on_dirty", spy)
+    stager.settle(final, dirs, view, setup.monitor)
+    view.close()
+    setup.assert_committed("call-1")
+    assert "m.txt" not in seen and "d" in seen
+    assert setup.monitor.snapshot()["m.txt"].hash == bytes_hash(b"new\n")
+    (setup.workspace / "m.txt").write_text("edited after\n")  # the events are back
+    setup.monitor.flush()
+    assert "m.txt" in seen
+    assert setup.monitor.snapshot()["m.txt"].hash == bytes_hash(b"edited after\n")

@@ -36,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from shellward.types import CallStatus, Code, FileEffect, LedgerEntry
+from shellward.types import CallStatus, Code, EffectKind, FileEffect, LedgerEntry
 from shellwardd.errors import LedgerError
 from shellwardd.ledger import Committed, LedgerStore
 from shellwardd.outcomes import reconcile
@@ -162,6 +162,7 @@ class Stager:
             journal = json.dumps({"staged": str(dirs.root), "status": final.status.value})
             self._ledger.begin_commit(committed, journal, f"{len(effects)} effect(s) staged")
             _pause_for_tests()
+            monitor.will_move_in(window, _files_applied(effects, hashed))
             applied = apply(
                 dirs.upper, workspace, self._owner_of(workspace), self.area.fuse_markers
             )
@@ -226,6 +227,17 @@ class Stager:
             StagingArea.discard_path(staged)
             finished.append(entry.call_id)
         return finished
+
+
+def _files_applied(effects: tuple[FileEffect, ...], hashed: dict[str, IndexEntry]) -> list[str]:
+    """The files (not directories) a commit moves in or removes: those staged (hashed),
+    and those deleted or renamed away."""
+    gone = (
+        e.renamed_from if e.kind is EffectKind.RENAMED else e.path
+        for e in effects
+        if e.kind in (EffectKind.DELETED, EffectKind.RENAMED)
+    )
+    return [*hashed, *(path for path in gone if path and not path.endswith("/"))]
 
 
 def _cut_short(final: LedgerEntry) -> bool:
