@@ -29,8 +29,8 @@ Choices, and why
   thread of its own at the lowest priority, off the commit's path, and the next batch
   writes its copies into those (opened ``O_TRUNC``: what one holds is only ever what was
   just copied) before the same sync and rename as ever. A batch that finds none left,
-  or a spare gone, makes its own; the spares a stopped daemon left are removed by the
-  next refill.
+  or a spare gone, makes its own; the spares a stopped daemon left (named by its process
+  id) are removed by the next daemon's first refill.
 - **One place.** The store lives at :func:`store_path` of the state dir; the stager, the
   file tools and undo all open it there.
 
@@ -208,7 +208,7 @@ class _Spares:
             try:
                 return spare, os.open(spare, flags)
             except FileNotFoundError:
-                continue  # removed meanwhile (another store's refill): the next one
+                continue  # removed meanwhile (by hand, or a later daemon): the next one
 
     def refill(self, wanted: int) -> None:
         """Make spares until ``wanted`` (at most :data:`_SPARES_MAX`) are ready."""
@@ -220,17 +220,18 @@ class _Spares:
                 with self._lock:
                     if len(self._ready) >= min(wanted, _SPARES_MAX):
                         return
-                spare = self._root / f"{_SPARE_PREFIX}{secrets.token_hex(8)}"
+                spare = self._root / f"{_SPARE_PREFIX}{os.getpid()}-{secrets.token_hex(8)}"
                 os.close(_create(spare))
                 with self._lock:
                     self._ready.append(spare)
 
     def _remove_stale(self) -> None:
-        with self._lock:
-            ours = set(self._ready)
+        """Remove the spares of other processes (a stopped daemon's): another store of
+        this process may be using its own."""
+        ours = f"{_SPARE_PREFIX}{os.getpid()}-"
         with contextlib.suppress(OSError), os.scandir(self._root) as entries:
             for entry in entries:
-                if entry.name.startswith(_SPARE_PREFIX) and Path(entry.path) not in ours:
+                if entry.name.startswith(_SPARE_PREFIX) and not entry.name.startswith(ours):
                     with contextlib.suppress(OSError):
                         os.unlink(entry.path)
 
