@@ -20,14 +20,7 @@ import pytest
 import shellwardd.watch.index as index_module
 import shellwardd.watch.scan as scan
 from shellwardd.watch import WorkspaceMonitor
-from shellwardd.watch.hashing import (
-    RACY_WINDOW_NS,
-    IndexEntry,
-    Stamp,
-    clock_stamp,
-    fs_stamp,
-    probe,
-)
+from shellwardd.watch.hashing import RACY_WINDOW_NS, IndexEntry, Stamp, fs_stamp, probe
 from shellwardd.watch.index import HashIndex
 from shellwardd.watch.paths import PathFilter, PathKind
 from shellwardd.watch.scan import probe_many, stat_scan, walk
@@ -47,38 +40,6 @@ def test_fs_stamp_reads_the_filesystem_clock(tmp_path: Path) -> None:
     assert abs(stamp.ns - before) < RACY_WINDOW_NS
     assert os.listdir(tmp_path) == []  # the stamp file is gone
     assert fs_stamp(tmp_path / "absent") is None
-
-
-def test_clock_stamp_reads_the_same_clock_from_one_file(tmp_path: Path) -> None:
-    clock = tmp_path / "clock"
-    before = time.time_ns()
-    first = clock_stamp(clock)
-    assert first is not None and first.dev == os.lstat(tmp_path).st_dev
-    assert abs(first.ns - before) < RACY_WINDOW_NS
-    inode = os.lstat(clock).st_ino
-    time.sleep(0.02)
-    second = clock_stamp(clock)
-    assert second is not None and second.ns > first.ns  # set again, not made again
-    assert os.lstat(clock).st_ino == inode and os.listdir(tmp_path) == ["clock"]
-    written = tmp_path / "written"
-    written.write_bytes(b"after the stamp")
-    assert os.lstat(written).st_ctime_ns >= second.ns
-
-
-def test_clock_stamp_never_follows_or_blocks_on_what_is_put_there(tmp_path: Path) -> None:
-    """A link or a FIFO at the clock's name (the cookie directory is in the workspace):
-    a stamp all the same, made and removed beside it, and the link's target untouched."""
-    target = tmp_path / "target"
-    target.write_bytes(b"t")
-    past = time.time_ns() - 10 * 10**9
-    os.utime(target, ns=(past, past))
-    (tmp_path / "link").symlink_to(target)
-    os.mkfifo(tmp_path / "fifo")
-    for name in ("link", "fifo"):
-        stamp = clock_stamp(tmp_path / name)
-        assert stamp is not None and abs(stamp.ns - time.time_ns()) < RACY_WINDOW_NS
-    assert os.lstat(target).st_mtime_ns == past
-    assert sorted(os.listdir(tmp_path)) == ["fifo", "link", "target"]
 
 
 def test_racy_is_judged_against_the_stamp(tmp_path: Path) -> None:

@@ -92,7 +92,7 @@ from shellwardd.errors import WatchError
 from .dirset import DirectorySet
 from .effects import diff, dir_effects
 from .gate import CallGate
-from .hashing import IndexEntry, Stamp, as_written, clock_stamp, stamp_of
+from .hashing import IndexEntry, Stamp, as_written, fs_stamp, stamp_of
 from .index import HashIndex, index_db_path
 from .observer import WorkspaceObserver
 from .paths import COOKIE_DIR, PathFilter, PathKind
@@ -103,8 +103,6 @@ MonitorState = Literal["indexing", "ready", "degraded"]
 # A closing cookie normally arrives within milliseconds, or 0.5 s after a move out of the
 # workspace. Waiting longer than this means events are stuck or lost: fall back to a scan.
 BARRIER_TIMEOUT_S = 10.0
-# The file in the cookie directory whose times a stamp sets (hashing.clock_stamp).
-_CLOCK = "clock"
 # External edits come in bursts (a checkout, an IDE saving many files): apply them this
 # long after the first one, in one batch.
 _EXTERNAL_DEBOUNCE_S = 0.1
@@ -670,7 +668,7 @@ class WorkspaceMonitor:
         return created, removed
 
     def _stamp(self) -> Stamp | None:
-        return clock_stamp(self._cookie_dir / _CLOCK)
+        return fs_stamp(self._cookie_dir)
 
     def _git_effects(self, git: dict[str, bool]) -> list[FileEffect]:
         effects = []

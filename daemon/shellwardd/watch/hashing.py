@@ -98,29 +98,6 @@ def fs_stamp(directory: str | os.PathLike[str]) -> Stamp | None:
     return stamp_of(st)
 
 
-def clock_stamp(path: str | os.PathLike[str]) -> Stamp | None:
-    """The ctime of the regular file ``path`` (made if absent) once its times are set to
-    now: the clock :func:`fs_stamp` reads, without making a file each time. Making one
-    allocates an inode, which costs far more than setting a file's times (0.5 ms of CPU
-    against 10 µs on the ext4 measured, docs/performance.md). Anything else at ``path``
-    (a link, a FIFO, a file not the daemon's): :func:`fs_stamp` of its directory."""
-    flags = os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-    try:
-        fd = os.open(path, flags, 0o600)
-    except OSError:
-        return fs_stamp(os.path.dirname(path))
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return fs_stamp(os.path.dirname(path))
-        os.utime(fd)
-        st = os.fstat(fd)
-    except OSError:
-        return fs_stamp(os.path.dirname(path))
-    finally:
-        os.close(fd)
-    return stamp_of(st)
-
-
 def stamp_of(st: os.stat_result) -> Stamp | None:
     """The stamp of a file just created (its ctime), or None (see :func:`fs_stamp`)."""
     if abs(st.st_ctime_ns - time.time_ns()) >= RACY_WINDOW_NS:
