@@ -18,6 +18,7 @@ import pytest
 from shellward.types import CallStatus, Idempotency, LedgerEntry, ReplayPolicy
 from shellwardd.errors import LedgerError
 from shellwardd.ledger import SqliteLedger
+from shellwardd.staging import commit as commit_module
 from shellwardd.staging import stager as stager_module
 from shellwardd.staging.area import StagedDirs, StagingArea
 from shellwardd.staging.blobs import BlobStore
@@ -283,3 +284,21 @@ def test_the_commits_own_file_events_are_dropped(
     setup.monitor.flush()
     assert "m.txt" in seen
     assert setup.monitor.snapshot()["m.txt"].hash == bytes_hash(b"edited after\n")
+
+
+def test_the_commit_applies_the_upper_as_its_effects_listed_it(
+    setup: _Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The upper is listed once per commit (its command has ended: nothing writes it);
+    start-up, finishing a commit a crash cut short, lists it itself."""
+    stager = setup.stager()
+    final, dirs, view = setup.stage(stager)
+
+    def no_second_listing(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the upper was listed again")
+
+    monkeypatch.setattr(commit_module, "entries", no_second_listing)
+    settled = stager.settle(final, dirs, view, setup.monitor)
+    view.close()
+    assert settled.recorded
+    setup.assert_committed("call-1")

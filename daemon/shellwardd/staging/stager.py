@@ -48,7 +48,7 @@ from . import preview
 from .area import StagedDirs, StagingArea
 from .blobs import BlobError, BlobStore
 from .commit import apply, conflicts, keep_before_images
-from .upper import UpperRefused, staged_effects
+from .upper import Entry, UpperRefused, staged_effects
 
 log = logging.getLogger("shellwardd.staging")
 
@@ -131,13 +131,18 @@ class Stager:
         if _cut_short(final):
             self.area.discard(dirs)
             return Settled(_discarded(final))
-        # The staged files' entries, for the write detector to take once they are moved in.
+        # The staged files' entries, for the write detector to take once they are moved in;
+        # the upper as listed, for the apply (None: it lists the upper itself).
         hashed: dict[str, IndexEntry] = {}
+        listing: list[Entry] | None = None
         try:
             if effects is None:
                 assert view is not None
+                listing = []
                 effects = tuple(
-                    staged_effects(dirs.upper, workspace, view, self.area.fuse_markers, hashed)
+                    staged_effects(
+                        dirs.upper, workspace, view, self.area.fuse_markers, hashed, listing
+                    )
                 )
         except (UpperRefused, OSError) as exc:
             self.area.discard(dirs)
@@ -164,7 +169,7 @@ class Stager:
             _pause_for_tests()
             monitor.will_move_in(window, _files_applied(effects, hashed))
             applied = apply(
-                dirs.upper, workspace, self._owner_of(workspace), self.area.fuse_markers
+                dirs.upper, workspace, self._owner_of(workspace), self.area.fuse_markers, listing
             )
             moved = hashed
             done = Committed(time.time(), f"applied {applied} path(s)")

@@ -141,10 +141,13 @@ def staged_effects(
     before: Before,
     fuse_markers: bool = False,
     hashed: dict[str, IndexEntry] | None = None,
+    listing: list[Entry] | None = None,
 ) -> list[FileEffect]:
     """The call's effects: its upper layer against the workspace as it began
     (``fuse_markers``: fuse-overlayfs made the upper). ``hashed`` gets the entry of every
-    staged file read on the way (what the commit's window may take without reading it)."""
+    staged file read on the way (what the commit's window may take without reading it),
+    ``listing`` every entry of the upper in order (what the commit may apply without
+    listing it again)."""
     states: dict[str, tuple[IndexEntry | None, IndexEntry | None]] = {}
     created_dirs: dict[str, int] = {}
     removed_dirs: dict[str, int] = {}
@@ -158,6 +161,8 @@ def staged_effects(
     git: dict[str, EffectKind] = {}
     staged, real_root = str(upper), str(workspace)
     for entry in entries(upper, fuse_markers):
+        if listing is not None:
+            listing.append(entry)
         kind = before.kind(entry.path)
         if kind is PathKind.GIT:
             # As the write detector reports them: one effect per .git directory.
