@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from shellward.types import CallStatus, Idempotency, LedgerEntry, ReplayPolicy
+from shellwardd import ledger as ledger_module
 from shellwardd.errors import LedgerError
 from shellwardd.ledger import SqliteLedger
 from shellwardd.staging import commit as commit_module
@@ -301,4 +302,23 @@ def test_the_commit_applies_the_upper_as_its_effects_listed_it(
     settled = stager.settle(final, dirs, view, setup.monitor)
     view.close()
     assert settled.recorded
+    setup.assert_committed("call-1")
+
+
+def test_the_commits_effects_are_serialised_once_for_its_two_writes(
+    setup: _Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stager = setup.stager()
+    final, dirs, view = setup.stage(stager)
+    serialised: list[str] = []
+    original = ledger_module._effect_to_json
+
+    def spy(effect: Any) -> Any:
+        serialised.append(effect.path)
+        return original(effect)
+
+    monkeypatch.setattr(ledger_module, "_effect_to_json", spy)
+    stager.settle(final, dirs, view, setup.monitor)
+    view.close()
+    assert sorted(serialised) == ["d/new.txt", "m.txt"]  # the journal's; the final reuses it
     setup.assert_committed("call-1")
