@@ -144,6 +144,9 @@ class Stager:
                         dirs.upper, workspace, view, self.area.fuse_markers, hashed, listing
                     )
                 )
+                # Read: from now on the index's updates (the commit's own first) need not
+                # save what they replace for this call.
+                view.close()
         except (UpperRefused, OSError) as exc:
             self.area.discard(dirs)
             return Settled(_refused(final, str(exc)))
