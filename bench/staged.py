@@ -17,13 +17,15 @@ ends with the overlay it measured).
 First it prints the daemon's post-processing of a staged call, in process (no daemon, no
 command): from the command's exit to its result, for a call that created ``--files`` small
 files and one that modified as many, median and p95 over ``--post-runs`` calls, with the
-time of each phase, and for reference the cost of one bare durable SQLite commit on the same
-disk (``--post-only`` stops there).
+time of each phase (wall, and CPU on the settling thread), the CPU the process's other
+threads spent meanwhile (the observer handling the commit's events), and for reference
+the cost of one bare durable SQLite commit on the same disk (``--post-only`` stops there).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import sqlite3
 import statistics
@@ -76,10 +78,12 @@ _PHASES = (
 
 
 class _Phases:
-    """Wraps each phase's function to add its time (ns) to the current sample."""
+    """Wraps each phase's function to add its wall time and its CPU time on the calling
+    thread (ns) to the current sample."""
 
     def __init__(self) -> None:
         self.current: dict[str, int] = {}
+        self.cpu: dict[str, int] = {}
         self._saved: list[tuple[Any, str, Any]] = []
 
     def __enter__(self) -> _Phases:
@@ -97,14 +101,27 @@ class _Phases:
     def _timed(self, name: str, original: Any) -> Any:
         @functools.wraps(original)
         def timed(*args: Any, **kwargs: Any) -> Any:
-            start = time.perf_counter_ns()
+            start, cpu = time.perf_counter_ns(), time.thread_time_ns()
             try:
                 return original(*args, **kwargs)
             finally:
                 elapsed = time.perf_counter_ns() - start
                 self.current[name] = self.current.get(name, 0) + elapsed
+                self.cpu[name] = self.cpu.get(name, 0) + time.thread_time_ns() - cpu
 
         return timed
+
+
+def _other_threads_cpu() -> int:
+    """The CPU time (ns) of every other thread of this process so far: the observer's,
+    which handles the commit's events, the blob store's syncers, the staging remover."""
+    total = 0
+    for thread in threading.enumerate():
+        if thread is threading.current_thread() or thread.ident is None:
+            continue
+        with contextlib.suppress(OSError):  # it ended meanwhile
+            total += time.clock_gettime_ns(time.pthread_getcpuclockid(thread.ident))
+    return total
 
 
 def _ms(ns: float) -> str:
@@ -137,7 +154,10 @@ def post_processing(runs: int, files: int) -> None:
         try:
             for case in ("created", "modified"):
                 totals: list[int] = []
+                cpu_totals: list[int] = []
+                others: list[int] = []
                 phases: dict[str, list[int]] = {name: [] for name, _, _ in _PHASES}
+                phases_cpu: dict[str, list[int]] = {name: [] for name, _, _ in _PHASES}
                 for run in range(runs + 2):  # the first two warm caches up, not counted
                     call_id = f"{case}-{run}"
                     entry = LedgerEntry(
@@ -155,7 +175,8 @@ def post_processing(runs: int, files: int) -> None:
                         entry, status=CallStatus.SUCCEEDED, exit_code=0, finished_at=time.time()
                     )
                     with _Phases() as timer:
-                        start = time.perf_counter_ns()
+                        other_start = _other_threads_cpu()
+                        start, cpu = time.perf_counter_ns(), time.thread_time_ns()
                         outcome = stager.settle(final, dirs, view, monitor)
                         # An older tree's settle (for an A/B) returns the entry, and
                         # leaves its final write to the caller.
@@ -163,20 +184,31 @@ def post_processing(runs: int, files: int) -> None:
                         if not getattr(outcome, "recorded", False):
                             ledger.finish(settled)
                         total = time.perf_counter_ns() - start
+                        cpu = time.thread_time_ns() - cpu
+                        # The observer may still handle the commit's last events.
+                        other = _other_threads_cpu() - other_start
                     view.close()
                     assert settled.status is CallStatus.SUCCEEDED, settled.content
                     assert len(settled.file_effects) == files, settled.file_effects
                     if run < 2:
                         continue
                     totals.append(total)
+                    cpu_totals.append(cpu)
+                    others.append(other)
                     for name in phases:
                         phases[name].append(timer.current.get(name, 0))
+                        phases_cpu[name].append(timer.cpu.get(name, 0))
                 median, p95 = _percentiles(totals)
                 print(f"post-processing, {files} files {case}: median {_ms(median)} ms   "
-                      f"p95 {_ms(p95)} ms   ({runs} runs)")  # fmt: skip
+                      f"p95 {_ms(p95)} ms   CPU median {_ms(_percentiles(cpu_totals)[0])} ms   "
+                      f"({runs} runs)")  # fmt: skip
                 for name, samples in phases.items():
                     median, p95 = _percentiles(samples)
-                    print(f"    {name:16} median {_ms(median)} ms   p95 {_ms(p95)} ms")
+                    cpu_median, cpu_p95 = _percentiles(phases_cpu[name])
+                    print(f"    {name:16} median {_ms(median)} ms   p95 {_ms(p95)} ms   "
+                          f"CPU {_ms(cpu_median)} / {_ms(cpu_p95)} ms")  # fmt: skip
+                median, p95 = _percentiles(others)
+                print(f"    {'other threads':16} CPU median {_ms(median)} ms   p95 {_ms(p95)} ms")
         finally:
             monitor.stop()
             ledger.close()

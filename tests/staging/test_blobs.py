@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+import time
 from pathlib import Path
 
 import pytest
@@ -67,7 +68,8 @@ def test_a_batch_is_stored_in_order_and_deduplicated(tmp_path: Path) -> None:
     digests = store.put_files([tmp_path / f"f{i}" for i in range(len(contents))])
     assert digests == [hashlib.sha256(c).hexdigest() for c in contents]
     assert all(store.path_of(d).read_bytes() == c for d, c in zip(digests, contents, strict=True))
-    assert len([p for p in store.root.rglob("*") if p.is_file()]) == 3  # no temporary file
+    kept = [p for p in store.root.rglob("*") if p.is_file() and p.name not in _spares(store)]
+    assert len(kept) == 3  # no temporary file (spares for the next batch aside)
     assert store.put_files([]) == []
 
 
@@ -142,3 +144,57 @@ def test_a_store_that_is_no_longer_a_directory_is_a_blob_error(tmp_path: Path) -
     (tmp_path / "f").write_bytes(b"x")
     with pytest.raises(BlobError, match=r"cannot keep the before-image of .*f in"):
         store.put_file(tmp_path / "f")
+
+
+def _spares(store: BlobStore) -> set[str]:
+    return {name for name in os.listdir(store.root) if name.startswith(".spare-")}
+
+
+def _wait_for_spares(store: BlobStore, count: int) -> set[str]:
+    deadline = time.monotonic() + 10
+    while len(_spares(store)) < count and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return _spares(store)
+
+
+def test_a_batch_writes_into_files_made_after_the_last_one(tmp_path: Path) -> None:
+    """No inode is made on the commit's path once a batch has run: the next batch's copies
+    go into the spares made meanwhile, and hold exactly what was copied."""
+    store = BlobStore(tmp_path / "blobs")
+    sources = [tmp_path / f"f{i}" for i in range(5)]
+    for i, source in enumerate(sources):
+        source.write_bytes(f"first {i}".encode())
+    store.put_files(sources)
+    spares = _wait_for_spares(store, 5)
+    assert len(spares) == 5
+    inodes = {os.lstat(store.root / name).st_ino for name in spares}
+    (store.root / sorted(spares)[0]).write_bytes(b"left over in a spare, longer than any")
+    for i, source in enumerate(sources):
+        source.write_bytes(f"second {i}".encode())
+    digests = store.put_files(sources)
+    for i, digest in enumerate(digests):
+        kept = store.path_of(digest)
+        assert kept.read_bytes() == f"second {i}".encode()
+        assert os.lstat(kept).st_ino in inodes
+        assert stat.S_IMODE(os.lstat(kept).st_mode) == 0o600
+
+
+def test_spares_gone_or_left_by_a_stopped_daemon_cost_nothing_but_a_new_file(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "blobs"
+    root.mkdir()
+    (root / ".spare-stale").write_bytes(b"a stopped daemon's")
+    store = BlobStore(root)
+    sources = [tmp_path / f"f{i}" for i in range(3)]
+    for i, source in enumerate(sources):
+        source.write_bytes(f"content {i}".encode())
+    store.put_files(sources)
+    spares = _wait_for_spares(store, 3)
+    assert ".spare-stale" not in spares and len(spares) == 3
+    for name in spares:
+        os.unlink(store.root / name)  # as another store's refill may
+    digests = store.put_files(sources)
+    assert [store.path_of(d).read_bytes() for d in digests] == [
+        f"content {i}".encode() for i in range(3)
+    ]

@@ -16,8 +16,10 @@ from typing import Any
 import pytest
 
 from shellward.types import CallStatus, Idempotency, LedgerEntry, ReplayPolicy
+from shellwardd import ledger as ledger_module
 from shellwardd.errors import LedgerError
 from shellwardd.ledger import SqliteLedger
+from shellwardd.staging import commit as commit_module
 from shellwardd.staging import stager as stager_module
 from shellwardd.staging.area import StagedDirs, StagingArea
 from shellwardd.staging.blobs import BlobStore
@@ -256,3 +258,67 @@ def test_a_staged_file_written_in_the_windows_first_tick_is_read_again(
     view.close()
     assert "m.txt" in probed and "d/new.txt" not in probed
     assert setup.monitor.snapshot()["m.txt"].hash == bytes_hash(b"new\n")
+
+
+def test_the_commits_own_file_events_are_dropped(
+    setup: _Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The observer does not handle the events of the files the commit moves in: the
+    window's close looks at them anyway. (d/new.txt is in a directory the commit makes,
+    unwatched when the commit names its files: its events are handled.)"""
+    stager = setup.stager()
+    final, dirs, view = setup.stage(stager)
+    seen: list[str] = []
+    original = setup.monitor.on_dirty
+
+    def spy(path: str, is_dir: bool) -> None:
+        seen.append(path)
+        original(path, is_dir)
+
+    monkeypatch.setattr(setup.monitor, "on_dirty", spy)
+    stager.settle(final, dirs, view, setup.monitor)
+    view.close()
+    setup.assert_committed("call-1")
+    assert "m.txt" not in seen and "d" in seen
+    assert setup.monitor.snapshot()["m.txt"].hash == bytes_hash(b"new\n")
+    (setup.workspace / "m.txt").write_text("edited after\n")  # the events are back
+    setup.monitor.flush()
+    assert "m.txt" in seen
+    assert setup.monitor.snapshot()["m.txt"].hash == bytes_hash(b"edited after\n")
+
+
+def test_the_commit_applies_the_upper_as_its_effects_listed_it(
+    setup: _Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The upper is listed once per commit (its command has ended: nothing writes it);
+    start-up, finishing a commit a crash cut short, lists it itself."""
+    stager = setup.stager()
+    final, dirs, view = setup.stage(stager)
+
+    def no_second_listing(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the upper was listed again")
+
+    monkeypatch.setattr(commit_module, "entries", no_second_listing)
+    settled = stager.settle(final, dirs, view, setup.monitor)
+    view.close()
+    assert settled.recorded
+    setup.assert_committed("call-1")
+
+
+def test_the_commits_effects_are_serialised_once_for_its_two_writes(
+    setup: _Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stager = setup.stager()
+    final, dirs, view = setup.stage(stager)
+    serialised: list[str] = []
+    original = ledger_module._effect_to_json
+
+    def spy(effect: Any) -> Any:
+        serialised.append(effect.path)
+        return original(effect)
+
+    monkeypatch.setattr(ledger_module, "_effect_to_json", spy)
+    stager.settle(final, dirs, view, setup.monitor)
+    view.close()
+    assert sorted(serialised) == ["d/new.txt", "m.txt"]  # the journal's; the final reuses it
+    setup.assert_committed("call-1")

@@ -315,3 +315,89 @@ def test_directory_effects_after_lost_events(monitor: WorkspaceMonitor, ws: Path
     effects = monitor.finish_call(watch)
     assert effects.from_rescan
     assert [(e.kind, e.path) for e in effects.effects] == [(EffectKind.CREATED, "made/")]
+
+
+def _dirty_spy(monitor: WorkspaceMonitor, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The paths the observer reports dirty from now on."""
+    seen: list[str] = []
+    original = monitor.on_dirty
+
+    def spy(path: str, is_dir: bool) -> None:
+        seen.append(path)
+        original(path, is_dir)
+
+    monkeypatch.setattr(monitor, "on_dirty", spy)
+    return seen
+
+
+def test_files_a_commit_names_are_looked_at_without_their_events(
+    monitor: WorkspaceMonitor, ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (ws / "sub").mkdir()
+    (ws / "sub" / "b.txt").write_bytes(b"old")
+    monitor.flush()
+    seen = _dirty_spy(monitor, monkeypatch)
+    watch = monitor.begin_call(timeout=30)
+    monitor.will_move_in(watch, ["a.txt", "sub/b.txt"])
+    (ws / "a.txt").write_bytes(b"a")
+    (ws / "sub" / "b.txt").write_bytes(b"new")
+    (ws / "c.txt").write_bytes(b"c")  # not named: its events are handled
+    effects = monitor.finish_call(watch)
+    assert summary(effects) == [
+        ("created", "a.txt"),
+        ("created", "c.txt"),
+        ("modified", "sub/b.txt"),
+    ]
+    assert "c.txt" in seen
+    assert not {"a.txt", "sub/b.txt"} & set(seen)
+
+
+def test_events_of_named_files_are_handled_again_once_the_window_closes(
+    monitor: WorkspaceMonitor, ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    watch = monitor.begin_call(timeout=30)
+    monitor.will_move_in(watch, ["a.txt"])
+    (ws / "a.txt").write_bytes(b"a")
+    monitor.finish_call(watch)
+    seen = _dirty_spy(monitor, monkeypatch)
+    (ws / "a.txt").write_bytes(b"edited")  # an editor, between calls
+    monitor.flush()
+    assert "a.txt" in seen
+    assert monitor.snapshot()["a.txt"].hash == sha(b"edited")
+    assert summary(run(monitor, "echo more >> a.txt")) == [("modified", "a.txt")]
+
+
+def test_a_directory_made_at_a_named_path_is_found_and_watched(
+    monitor: WorkspaceMonitor, ws: Path
+) -> None:
+    """Only file events are dropped: a directory that took a named file's place still
+    gets its watch and its walk (what a racing writer puts there is seen)."""
+    watch = monitor.begin_call(timeout=30)
+    monitor.will_move_in(watch, ["x"])
+    (ws / "x").mkdir()
+    (ws / "x" / "f").write_bytes(b"f")
+    effects = monitor.finish_call(watch)
+    assert summary(effects) == [("created", "x/f")]
+    assert summary(run(monitor, "echo g > x/g")) == [("created", "x/g")]
+
+
+def test_only_an_exclusive_window_names_its_writes(monitor: WorkspaceMonitor) -> None:
+    watch = monitor.begin_call(exclusive=False, timeout=30)
+    with pytest.raises(ValueError, match="exclusive"):
+        monitor.will_move_in(watch, ["a.txt"])
+    monitor.finish_call(watch)
+
+
+def test_a_commit_that_removes_the_cookie_directory_still_closes_exactly(
+    monitor: WorkspaceMonitor, ws: Path
+) -> None:
+    """A commit may apply a command's removal of ``.shellward``: the closing cookie then
+    goes into a new directory, and the events after the window are still handled."""
+    watch = monitor.begin_call(timeout=30)
+    monitor.will_move_in(watch, ["a.txt"])
+    shutil.rmtree(ws / ".shellward")
+    (ws / "a.txt").write_bytes(b"a")
+    assert summary(monitor.finish_call(watch)) == [("created", "a.txt")]
+    (ws / "a.txt").write_bytes(b"edited")
+    monitor.flush()
+    assert monitor.snapshot()["a.txt"].hash == sha(b"edited")

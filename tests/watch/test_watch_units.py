@@ -6,12 +6,16 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+from watchdog.observers.inotify_c import InotifyConstants, InotifyEvent, InotifyFD
+
 import shellwardd.watch
 from shellward.types import EffectKind, FileEffect
 from shellwardd.watch.dirset import DirectorySet
 from shellwardd.watch.effects import diff, dir_effects
 from shellwardd.watch.hashing import DIR_HASH, IndexEntry, content_hash, probe
 from shellwardd.watch.index import HashIndex
+from shellwardd.watch.observer import _InotifyFD, _Skipping
 from shellwardd.watch.paths import PathFilter, PathKind, git_marker
 from shellwardd.watch.scan import stat_scan
 
@@ -216,3 +220,56 @@ def test_stat_scan_trusts_stat_except_for_racy_entries(tmp_path: Path) -> None:
     after = changes["f"]
     assert after is not None and after.hash == sha(b"real")
     index.close()
+
+
+def test_a_commits_file_events_are_dropped_up_to_the_next_cookie_made(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The observer's reading thread drops the named files' events (not a directory's
+    at such a name) and stops at the first file made in the cookie directory, or at
+    anything that could move that directory, in the kernel's order of events."""
+    handled: list[InotifyEvent] = []
+    monkeypatch.setattr(InotifyFD, "__init__", lambda self: None)  # events are handed in
+    monkeypatch.setattr(InotifyFD, "handle_event", lambda self, event: handled.append(event))
+    overflows: list[bool] = []
+    fd = _InotifyFD(lambda: overflows.append(True), lambda: None)
+    root, parent, cookies, sub = 1, 2, 3, 4
+    skipping = _Skipping(
+        frozenset({(root, b"a.txt"), (sub, b"b.txt")}),
+        cookies,
+        frozenset({(root, b".shellward"), (parent, b"cookies"), (root, b""), (parent, b"")}),
+    )
+    create, delete, isdir = (
+        InotifyConstants.IN_CREATE,
+        InotifyConstants.IN_DELETE,
+        InotifyConstants.IN_ISDIR,
+    )
+
+    def feed(*events: InotifyEvent) -> list[InotifyEvent]:
+        handled.clear()
+        fd.skipping = skipping
+        for event in events:
+            fd.handle_event(event)
+        return list(handled)
+
+    a, b = InotifyEvent(root, create, 0, b"a.txt"), InotifyEvent(sub, create, 0, b"b.txt")
+    other = InotifyEvent(root, create, 0, b"c.txt")
+    a_dir = InotifyEvent(root, create | isdir, 0, b"a.txt")
+    opening_removed = InotifyEvent(cookies, delete, 0, b"open-1")
+    closing = InotifyEvent(cookies, create, 0, b"close-1")
+    assert feed(a, b, other, a_dir, opening_removed) == [other, a_dir, opening_removed]
+    assert fd.skipping is skipping
+    assert feed(a, closing, a, b) == [closing, a, b]
+    assert fd.skipping is None
+    # A new directory's own event (its mode set) is not on the way: it changes nothing.
+    attrib = InotifyEvent(5, InotifyConstants.IN_ATTRIB | isdir, 0, b"")
+    assert feed(attrib, a) == [attrib]
+    for moved in (
+        InotifyEvent(root, delete | isdir, 0, b".shellward"),
+        InotifyEvent(parent, delete | isdir, 0, b"cookies"),
+        InotifyEvent(cookies, InotifyConstants.IN_DELETE_SELF, 0, b""),
+        InotifyEvent(parent, InotifyConstants.IN_MOVE_SELF, 0, b""),
+    ):
+        assert feed(b, moved, b) == [moved, b]
+    assert feed(b, InotifyEvent(-1, InotifyConstants.IN_Q_OVERFLOW, 0, b""), b) == [b]
+    assert overflows == [True]

@@ -22,6 +22,15 @@ Choices, and why
   before-image is its target, recorded in the effect itself, never a blob. A caller that
   must not resolve a path by name at all (the file tools) opens the file itself and hands
   over its descriptor (:meth:`BlobStore.put_fd`).
+- **Files made ahead.** Making a file allocates an inode, which on the ext4 measured costs
+  ~0.5 ms of CPU (and more of wall) each, against ~20 µs for writing a small one: a
+  commit keeping 100 before-images spent 25-55 ms making their files. After each batch
+  the store makes as many empty files (``.spare-*``, 0600, in the store itself) on a
+  thread of its own at the lowest priority, off the commit's path, and the next batch
+  writes its copies into those (opened ``O_TRUNC``: what one holds is only ever what was
+  just copied) before the same sync and rename as ever. A batch that finds none left,
+  or a spare gone, makes its own; the spares a stopped daemon left (named by its process
+  id) are removed by the next daemon's first refill.
 - **One place.** The store lives at :func:`store_path` of the state dir; the stager, the
   file tools and undo all open it there.
 
@@ -37,11 +46,15 @@ import os
 import re
 import secrets
 import stat
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 _CHUNK = 1 << 20
+# Empty files kept made ahead (see "Files made ahead"): at most this many.
+_SPARES_MAX = 256
+_SPARE_PREFIX = ".spare-"
 # fsyncs in flight at once: enough for the file system to commit them together.
 _SYNC_THREADS = 16
 _HEX = re.compile(r"[0-9a-f]{64}")
@@ -65,6 +78,10 @@ class BlobStore:
         os.chmod(self.root, 0o700)
         # Its threads start on the first batch of more than one file.
         self._syncer = ThreadPoolExecutor(_SYNC_THREADS, "shellward-blob-sync")
+        self._spares = _Spares(self.root)
+        # One thread, at the lowest priority: making spares must not slow the commit
+        # that runs meanwhile.
+        self._spare_maker = ThreadPoolExecutor(1, "shellward-blob-spares", _lowest_priority)
 
     def path_of(self, digest: str) -> Path:
         """Where the blob of ``digest`` (64 hex characters, or ``sha256:<hex>``) lives."""
@@ -91,7 +108,10 @@ class BlobStore:
     def put_files(self, paths: Sequence[Path]) -> list[str]:
         """Store a copy of each regular file in ``paths``; their SHA-256 hex digests, in
         order. Every blob is durable when this returns (see "Synced as a batch")."""
-        return self._store([(str(path), functools.partial(self._copy, path)) for path in paths])
+        digests = self._store([(str(path), functools.partial(self._copy, path)) for path in paths])
+        if len(paths) > 1:
+            self._spare_maker.submit(self._spares.refill, len(paths))  # for the next batch
+        return digests
 
     def _store(self, copies: Sequence[tuple[str, Callable[[], tuple[Path, str]]]]) -> list[str]:
         """Make each copy (a source's name, and what copies it to a temporary file), then
@@ -151,7 +171,7 @@ class BlobStore:
         try:
             if not stat.S_ISREG(os.fstat(source).st_mode):
                 raise BlobError(f"{name} is not a regular file; only files have before-images")
-            target = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            temp, target = self._spares.open() or (temp, _create(temp))
             try:
                 while chunk := os.read(source, _CHUNK):
                     digest.update(chunk)
@@ -165,6 +185,65 @@ class BlobStore:
                 os.unlink(temp)
             raise _error(name, self.root, exc) from exc
         return temp, digest.hexdigest()
+
+
+class _Spares:
+    """Empty files made ahead in the store (see "Files made ahead")."""
+
+    def __init__(self, root: Path) -> None:
+        self._root = root
+        self._lock = threading.Lock()
+        self._ready: list[Path] = []
+        self._cleared = False  # the spares of an earlier daemon
+
+    def open(self) -> tuple[Path, int] | None:
+        """A spare, taken, and a descriptor of it open for writing (emptied); None if
+        there is none left."""
+        while True:
+            with self._lock:
+                if not self._ready:
+                    return None
+                spare = self._ready.pop()
+            flags = os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+            try:
+                return spare, os.open(spare, flags)
+            except FileNotFoundError:
+                continue  # removed meanwhile (by hand, or a later daemon): the next one
+
+    def refill(self, wanted: int) -> None:
+        """Make spares until ``wanted`` (at most :data:`_SPARES_MAX`) are ready."""
+        if not self._cleared:
+            self._cleared = True
+            self._remove_stale()
+        with contextlib.suppress(OSError):  # the next batch makes its own
+            while True:
+                with self._lock:
+                    if len(self._ready) >= min(wanted, _SPARES_MAX):
+                        return
+                spare = self._root / f"{_SPARE_PREFIX}{os.getpid()}-{secrets.token_hex(8)}"
+                os.close(_create(spare))
+                with self._lock:
+                    self._ready.append(spare)
+
+    def _remove_stale(self) -> None:
+        """Remove the spares of other processes (a stopped daemon's): another store of
+        this process may be using its own."""
+        ours = f"{_SPARE_PREFIX}{os.getpid()}-"
+        with contextlib.suppress(OSError), os.scandir(self._root) as entries:
+            for entry in entries:
+                if entry.name.startswith(_SPARE_PREFIX) and not entry.name.startswith(ours):
+                    with contextlib.suppress(OSError):
+                        os.unlink(entry.path)
+
+
+def _lowest_priority() -> None:
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+
+
+def _create(path: Path) -> int:
+    """A new empty file at ``path`` (0600), open for writing."""
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
 
 
 def _error(name: str, root: Path, exc: OSError) -> BlobError:

@@ -32,7 +32,7 @@ import os
 import secrets
 import shutil
 import stat
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -48,7 +48,7 @@ from shellwardd.filetools._beneath import (
 from shellwardd.watch.hashing import DIR_HASH, HASH_PREFIX, content_hash
 
 from .blobs import BlobError, BlobStore
-from .upper import OPAQUE_MARKER, OPAQUE_XATTRS, entries
+from .upper import OPAQUE_MARKER, OPAQUE_XATTRS, Entry, entries
 
 
 def conflicts(workspace: Path, effects: Sequence[FileEffect]) -> list[str]:
@@ -112,33 +112,44 @@ def keep_before_images(
 
 
 def apply(
-    upper: Path, workspace: Path, owner: tuple[int, int] | None, fuse_markers: bool = False
+    upper: Path,
+    workspace: Path,
+    owner: tuple[int, int] | None,
+    fuse_markers: bool = False,
+    listing: Sequence[Entry] | None = None,
 ) -> int:
     """Move what ``upper`` holds into ``workspace``; returns how many paths it applied.
 
     ``owner``: who staged files must belong to (a root daemon's workspace owner), None to
-    leave them as they are."""
+    leave them as they are. ``listing``: the upper's entries as :func:`.upper.entries`
+    listed them, if nothing has written the upper since (a commit's, listed when its
+    effects were read: the command has ended), else the upper is listed here."""
     applied = 0
     with closing_fd(open_root(workspace)) as root:
-        for entry in list(entries(upper, fuse_markers)):
+        for entry in list(entries(upper, fuse_markers)) if listing is None else listing:
             parts = entry.path.split("/")
             source = upper / entry.stored
-            if entry.kind == "whiteout":
-                with closing_fd(_parent(root, parts)) as parent:
+            # The root's own descriptor for its entries; a parent opened beneath it else.
+            with _parent(root, parts) as parent:
+                if entry.kind == "whiteout":
                     _remove(parent, parts[-1])
-                source.unlink()
-            elif entry.kind in ("dir", "opaque-dir"):
-                with closing_fd(_parent(root, parts)) as parent:
-                    _make_dir(parent, parts[-1], source, owner, opaque=entry.kind == "opaque-dir")
-            else:
-                with closing_fd(_parent(root, parts)) as parent:
+                    source.unlink()
+                elif entry.kind in ("dir", "opaque-dir"):
+                    opaque = entry.kind == "opaque-dir"
+                    _make_dir(parent, parts[-1], source, owner, opaque=opaque)
+                else:
                     _move(source, parent, parts[-1], owner)
             applied += 1
     return applied
 
 
-def _parent(root: int, parts: Sequence[str]) -> int:
-    return open_beneath(root, parts[:-1], DIR_FLAGS) if len(parts) > 1 else os.dup(root)
+@contextlib.contextmanager
+def _parent(root: int, parts: Sequence[str]) -> Iterator[int]:
+    if len(parts) == 1:
+        yield root
+        return
+    with closing_fd(open_beneath(root, parts[:-1], DIR_FLAGS)) as parent:
+        yield parent
 
 
 def _remove(parent: int, name: str) -> None:

@@ -36,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from shellward.types import CallStatus, Code, FileEffect, LedgerEntry
+from shellward.types import CallStatus, Code, EffectKind, FileEffect, LedgerEntry
 from shellwardd.errors import LedgerError
 from shellwardd.ledger import Committed, LedgerStore
 from shellwardd.outcomes import reconcile
@@ -48,7 +48,7 @@ from . import preview
 from .area import StagedDirs, StagingArea
 from .blobs import BlobError, BlobStore
 from .commit import apply, conflicts, keep_before_images
-from .upper import UpperRefused, staged_effects
+from .upper import Entry, UpperRefused, staged_effects
 
 log = logging.getLogger("shellwardd.staging")
 
@@ -131,14 +131,22 @@ class Stager:
         if _cut_short(final):
             self.area.discard(dirs)
             return Settled(_discarded(final))
-        # The staged files' entries, for the write detector to take once they are moved in.
+        # The staged files' entries, for the write detector to take once they are moved in;
+        # the upper as listed, for the apply (None: it lists the upper itself).
         hashed: dict[str, IndexEntry] = {}
+        listing: list[Entry] | None = None
         try:
             if effects is None:
                 assert view is not None
+                listing = []
                 effects = tuple(
-                    staged_effects(dirs.upper, workspace, view, self.area.fuse_markers, hashed)
+                    staged_effects(
+                        dirs.upper, workspace, view, self.area.fuse_markers, hashed, listing
+                    )
                 )
+                # Read: from now on the index's updates (the commit's own first) need not
+                # save what they replace for this call.
+                view.close()
         except (UpperRefused, OSError) as exc:
             self.area.discard(dirs)
             return Settled(_refused(final, str(exc)))
@@ -162,8 +170,9 @@ class Stager:
             journal = json.dumps({"staged": str(dirs.root), "status": final.status.value})
             self._ledger.begin_commit(committed, journal, f"{len(effects)} effect(s) staged")
             _pause_for_tests()
+            monitor.will_move_in(window, _files_applied(effects, hashed))
             applied = apply(
-                dirs.upper, workspace, self._owner_of(workspace), self.area.fuse_markers
+                dirs.upper, workspace, self._owner_of(workspace), self.area.fuse_markers, listing
             )
             moved = hashed
             done = Committed(time.time(), f"applied {applied} path(s)")
@@ -226,6 +235,17 @@ class Stager:
             StagingArea.discard_path(staged)
             finished.append(entry.call_id)
         return finished
+
+
+def _files_applied(effects: tuple[FileEffect, ...], hashed: dict[str, IndexEntry]) -> list[str]:
+    """The files (not directories) a commit moves in or removes: those staged (hashed),
+    and those deleted or renamed away."""
+    gone = (
+        e.renamed_from if e.kind is EffectKind.RENAMED else e.path
+        for e in effects
+        if e.kind in (EffectKind.DELETED, EffectKind.RENAMED)
+    )
+    return [*hashed, *(path for path in gone if path and not path.endswith("/"))]
 
 
 def _cut_short(final: LedgerEntry) -> bool:

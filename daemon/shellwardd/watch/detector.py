@@ -62,6 +62,13 @@ Choices, and why:
   changes the ctime, so the index's own rule (ctime too) cannot vouch here: a writer that
   also puts the old mtime back (``utime``, which only the file's owner may do) between
   the rename and the window's close is not seen until the file changes again.
+  Before it moves them in, the commit names them (:meth:`~WorkspaceMonitor.
+  will_move_in`): they join the window's dirty files at once, so each is looked at when
+  the window closes whatever its events say, and the observer drops their file events
+  up to the closing cookie's (:mod:`.observer`, "A commit's own events"). Any event of
+  such a file in the window is then one the close would not learn from: the close
+  lstats the file after the closing cookie's event, so it sees every write made before
+  it, and the events after it are handled.
 - **External edits** (no call running) are applied to the index by a background thread
   shortly after they happen, and in any case before the next call starts.
 """
@@ -163,6 +170,8 @@ class _Call:
     overlapped: bool = False
     # The opening cookie's ctime: every write in the window is at or after it.
     opened: Stamp | None = None
+    # Whether the observer drops events of files this call named (will_move_in).
+    skipping: bool = False
 
     def will_rescan(self, overflows: int) -> bool:
         """Whether ``finish_call`` will compare the whole workspace with the index.
@@ -371,6 +380,20 @@ class WorkspaceMonitor:
             self._staged.add(view)
         return view
 
+    def will_move_in(self, watch: CallWatch, paths: Iterable[str]) -> None:
+        """The exclusive call ``watch`` is about to move the files ``paths`` into place
+        (a commit): they are looked at when its window closes, whatever events say, and
+        their file events are dropped until then (see "Commits" above)."""
+        indexed = [p for p in paths if self._filter.classify(p) is PathKind.INDEXED]
+        with self._lock:
+            call = self._open_calls[watch.call_id]
+            if not watch.exclusive:
+                raise ValueError("only an exclusive window may name its own writes")
+            call.dirty.files.update(indexed)
+            call.skipping = self._observer is not None
+        if self._observer is not None:
+            self._observer.skip_file_events(indexed)
+
     def finish_call(
         self, watch: CallWatch, written: Mapping[str, IndexEntry] | None = None
     ) -> CallEffects:
@@ -384,6 +407,9 @@ class WorkspaceMonitor:
             call = self._open_calls.pop(watch.call_id)
         try:
             self._barrier(call, opening=False)
+            if call.skipping and self._observer is not None:
+                # The closing cookie's event ended it, unless that never came.
+                self._observer.handle_all_events()
             with self._index_lock:
                 index = self._require_index()
                 with self._lock:

@@ -218,9 +218,16 @@ def content_hash(path: str | os.PathLike[str]) -> str:
     """The hash string an effect would record for ``path`` now ("" if absent, DIR_HASH for
     a directory).
 
-    For callers that check recorded effects against the workspace (the replay engine).
+    For callers that check recorded effects against the workspace (the replay engine, a
+    commit's conflict check: one lstat for a path that is absent or a directory).
     """
-    entry = probe(path)
+    try:
+        st = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return ""
+    if stat.S_ISDIR(st.st_mode):
+        return DIR_HASH
+    entry = probe(path, st=st)
     if entry is not None:
         return entry.hash
     try:

@@ -31,6 +31,19 @@ Three things watchdog does not do for us are done here:
   change after it is an event; a directory renamed before the walk reached it is an
   event of its parent, which is watched by then. Watchdog still adds the watches of
   directories created later, as before.
+- A commit's own events. A commit moves its files into place in an exclusive window and
+  the monitor looks at each of them when the window closes whatever events say, so the
+  events of those files tell it nothing, yet each costs watchdog ~0.1 ms of Python on
+  three threads, competing with the commit for the GIL. :meth:`WorkspaceObserver.
+  skip_file_events` has them dropped as they are read (by watch descriptor and name,
+  before watchdog handles them) up to the next file made in the cookie directory: the
+  closing cookie at the latest, in the kernel's order, so that no event after the
+  window is dropped however far the reading thread lags. Anything that could put the
+  cookie directory elsewhere ends it as well (an event of a directory on its way naming
+  the next step, or of such a directory itself, or an overflow). Only file
+  events are dropped: a directory's (one made or moved in at such a name) still adds
+  its watches and marks its subtree dirty, and a file reached through a directory moved
+  meanwhile is found by the walk of that directory's new place.
 """
 
 from __future__ import annotations
@@ -40,7 +53,7 @@ import os
 import re
 import stat
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -117,6 +130,26 @@ class ObserverSink(Protocol):
         """A directory could not be watched (inotify watch limit): events will be missed."""
 
 
+@dataclass(frozen=True)
+class _Skipping:
+    """The file events dropped until the next file made in the cookie directory."""
+
+    files: frozenset[tuple[int, bytes]]  # (watch descriptor of its directory, name)
+    cookie_watch: int
+    # (watch, name) of each step from the root to the cookie directory, and (watch, b"")
+    # of each directory on the way, for events of the directory itself.
+    on_the_way: frozenset[tuple[int, bytes]]
+
+    def ends_at(self, event: InotifyEvent) -> bool:
+        """A file made in the cookie directory (a cookie, a stamp), an event of that
+        directory or of a step of the way to it itself (gone, moved), one naming such a
+        step, or an overflow. (A cookie removed after its barrier does not end it: the
+        opening cookie's removal comes inside the window.)"""
+        if event.wd == self.cookie_watch:
+            return event.is_create or not event.name
+        return event.is_queue_overflow or (event.wd, event.name) in self.on_the_way
+
+
 class _InotifyFD(InotifyFD):
     """One inotify instance that reports overflows and exhausted watches."""
 
@@ -124,8 +157,17 @@ class _InotifyFD(InotifyFD):
         super().__init__()
         self._on_overflow = on_overflow
         self._on_watch_limit = on_watch_limit
+        # What is dropped now (see the module docstring); replaced whole, never changed
+        # in place: another thread reads it.
+        self.skipping: _Skipping | None = None
 
     def handle_event(self, event: InotifyEvent) -> None:
+        skipping = self.skipping
+        if skipping is not None:
+            if skipping.ends_at(event):
+                self.skipping = None
+            elif not event.is_directory and (event.wd, event.name) in skipping.files:
+                return
         if event.is_queue_overflow:
             self._on_overflow()
             return  # not to watchdog's rebuild: see the module docstring
@@ -165,6 +207,11 @@ class _WatchGroup(InotifyWatchGroup):
         with self._lock:
             if self.is_active:
                 self._add_all_callbacks(path)
+
+    def watch_of(self, path: bytes) -> int | None:
+        """The watch descriptor of the directory ``path``, if it is watched."""
+        with self._lock:
+            return self._active_callbacks_by_path.get(path)
 
 
 class _Emitter(InotifyEmitter):
@@ -275,9 +322,8 @@ class WorkspaceObserver:
         self._root = str(root)
         self._sink = sink
         self._group: _WatchGroup | None = None
-        self._observer = _Observer(
-            _InotifyFD(sink.on_overflow, sink.on_watch_limit), deferred, self._set_group
-        )
+        self._inotify = _InotifyFD(sink.on_overflow, sink.on_watch_limit)
+        self._observer = _Observer(self._inotify, deferred, self._set_group)
         self._observer.schedule(
             _Handler(self._root, pfilter, sink),
             self._root,
@@ -307,6 +353,43 @@ class WorkspaceObserver:
             return  # gone: if it comes back, its parent's watch reports it
         if is_dir and self._group is not None:
             self._group.watch_tree(os.fsencode(full))
+
+    def skip_file_events(self, paths: Iterable[str]) -> None:
+        """Drop the file events of ``paths`` (relative) up to the next file made in the
+        cookie directory: the caller looks at those files itself, and writes a cookie when it is
+        done (see the module docstring). A path whose directory is not watched keeps its
+        events; so do all of them while the cookie directory's way is not watched."""
+        group = self._group
+        if group is None:
+            return
+        steps = COOKIE_DIR.split("/")
+        way: list[int] = []  # the root's watch, then each step's to the cookie directory
+        for i in range(len(steps) + 1):
+            watch = group.watch_of(os.fsencode("/".join([self._root, *steps[:i]])))
+            if watch is None:
+                return
+            way.append(watch)
+        files: set[tuple[int, bytes]] = set()
+        watches: dict[str, int | None] = {}
+        for path in paths:
+            directory, _, name = path.rpartition("/")
+            if directory not in watches:
+                full = f"{self._root}/{directory}" if directory else self._root
+                watches[directory] = group.watch_of(os.fsencode(full))
+            known = watches[directory]
+            if known is not None:
+                files.add((known, os.fsencode(name)))
+        *parents, cookie_watch = way
+        on_the_way = frozenset(
+            (watch, name)
+            for watch, step in zip(parents, steps, strict=True)
+            for name in (os.fsencode(step), b"")
+        )
+        self._inotify.skipping = _Skipping(frozenset(files), cookie_watch, on_the_way)
+
+    def handle_all_events(self) -> None:
+        """End :meth:`skip_file_events` now, if no cookie event has ended it."""
+        self._inotify.skipping = None
 
     def _set_group(self, group: _WatchGroup) -> None:
         self._group = group
