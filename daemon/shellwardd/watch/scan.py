@@ -14,7 +14,8 @@ over every entry through ``map``), not an entry at a time through ``os.scandir``
 calls themselves are most of what is left (0.18-0.20 s). Threads do not help on 2
 cores: 100k lstats took 0.18 s on one thread and 0.20-0.22 s on 2-4 (the GIL changes
 hands at every call). Neither does a walker in native code (``scandir-rs`` with full
-stats: 0.32 s, and its times are float seconds, too coarse to compare), nor ``lstat``
+stats: 0.32 s; its times are float seconds, too coarse to compare, and its ``ctime``
+is the birth time, not the inode change time the stat rule needs), nor ``lstat``
 relative to a directory descriptor (within noise).
 """
 
