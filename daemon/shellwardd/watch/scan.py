@@ -121,6 +121,11 @@ def walk_dirs(
         except (FileNotFoundError, NotADirectoryError):
             paths, sts = _lstat_each(base, paths, names)
         kinds = list(map(stat.S_IFMT, map(_MODE, sts)))
+        if kinds.count(stat.S_IFREG) == len(kinds):
+            # Only regular files, as in most directories: nothing to sort out (4-10% of the
+            # walk's CPU time at 100k files).
+            yield paths, sts
+            continue
         stack.extend(compress(paths, map(stat.S_IFDIR.__eq__, kinds)))
         files = list(map(_FILE_KINDS.__contains__, kinds))
         yield list(compress(paths, files)), list(compress(sts, files))
