@@ -39,9 +39,9 @@ Three things watchdog does not do for us are done here:
   the types :data:`NLINK_COUNTS_SUBDIRS` names, told apart by ``st_dev`` in
   ``/proc/self/mountinfo``), a directory with a link count of 2 has none, and is not
   listed (``find``'s leaf optimisation). Other file systems (Btrfs and overlayfs say 1,
-  CIFS says 2 whatever it holds) are listed as before. The link count is read after the
-  directory's watch is added: a subdirectory made before that is counted, one made
-  after is an event of the watch, and watchdog watches it then.
+  a network file system says what its server says) are listed as before. The link
+  count is read after the directory's watch is added: a subdirectory made before that
+  is counted, one made after is an event of the watch, and watchdog watches it then.
 """
 
 from __future__ import annotations
