@@ -253,11 +253,9 @@ def stat_scan(
     for (path, _), new in zip(stale, probe_many(root, stale, stamp, advance), strict=True):
         if new != index.get(path):
             changes[path] = new
-    # Every path seen that the index lacks is stale (no entry vouches for it), so this counts
-    # the index's paths the walk saw; when that is all of them, none is gone, and a
-    # restart skips the set difference below (11-14 ms at 100k files).
-    indexed_seen = len(seen) - len({path for path, _ in stale if path not in index})
-    if start or indexed_seen != len(index):
+    # Whether every indexed path was seen is a look-up per path, in C and without building
+    # a set: 4-6 ms at 100k files, where the set difference below takes 14-17 ms.
+    if start or not seen.issuperset(index):
         for path in set(index.under(start) if start else index).difference(seen):
             changes[path] = None
     if start and start not in seen and start in index:
