@@ -18,7 +18,15 @@ import pytest
 from watchdog.observers import inotify_c
 
 from shellward.types import EffectKind, FileEffect
-from shellwardd.watch import CallEffects, CallWatch, IndexProgress, WorkspaceMonitor, detector, scan
+from shellwardd.watch import (
+    CallEffects,
+    CallWatch,
+    IndexProgress,
+    WorkspaceMonitor,
+    detector,
+    observer,
+    scan,
+)
 from shellwardd.watch.hashing import IndexEntry, Stamp, probe
 from shellwardd.watch.paths import PathFilter
 from shellwardd.watch.scan import walk
@@ -464,6 +472,101 @@ def test_a_restart_watches_the_git_directories_its_walk_does_not_enter(
         assert not effects.from_rescan
     finally:
         monitor.stop()
+
+
+def _git_with_objects(repo: Path) -> Path:
+    """A ``.git`` whose object directories hold only files (no subdirectory); the
+    directory of one of them."""
+    for fanout in ("ab", "cd"):
+        (repo / ".git" / "objects" / fanout).mkdir(parents=True)
+        for i in range(30):
+            (repo / ".git" / "objects" / fanout / f"{i:038x}").write_bytes(b"blob")
+    (repo / ".git" / "refs" / "heads").mkdir(parents=True)
+    return repo / ".git" / "objects" / "ab"
+
+
+@pytest.mark.parametrize("counting", [True, False], ids=["link-counts", "no-link-counts"])
+def test_every_directory_below_git_is_watched_whether_listed_or_not(
+    ws: Path, state_dir: Path, monkeypatch: pytest.MonkeyPatch, counting: bool
+) -> None:
+    """A directory whose link count says it has no subdirectory is watched, not listed;
+    on a file system whose link counts say nothing, every directory is listed. Either
+    way every directory below ``.git`` is watched, as watchdog's own walk watches them."""
+    leaf = _git_with_objects(ws)
+    if not counting:
+        monkeypatch.setattr(observer, "counting_devices", frozenset)
+    leaf_counts = counting and os.lstat(leaf).st_dev in observer.counting_devices()
+    real_scandir = os.scandir
+    listed: list[str] = []
+
+    def recording_scandir(path: bytes) -> os.ScandirIterator[bytes]:
+        listed.append(os.fsdecode(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", recording_scandir)
+    monitor = WorkspaceMonitor(ws, state_dir)
+    monitor.start()
+    try:
+        assert monitor.wait_ready(30)
+        assert (str(leaf) in listed) is not leaf_counts
+        assert monitor._observer is not None and monitor._observer._group is not None
+        watched = set(monitor._observer._group._active_callbacks_by_path)
+        below_git = {os.fsencode(root) for root, _, _ in os.walk(ws / ".git")}
+        assert below_git <= watched
+        effects = run(monitor, "printf blob > .git/objects/ab/new-object")
+        assert summary(effects) == [("modified", ".git/")] and not effects.from_rescan
+    finally:
+        monitor.stop()
+
+
+def test_a_subdirectory_made_just_after_a_leaf_is_counted_is_watched(
+    ws: Path, state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The link count is read after the directory's watch is added: a subdirectory made
+    just after the count said there was none is an event of that watch, which watchdog
+    then watches (with the count read before the watch, it would be in neither)."""
+    leaf = _git_with_objects(ws)
+    real_lstat = os.lstat
+    made: list[Path] = []
+
+    def lstat_then_mkdir(path: str | bytes, **kwargs: int) -> os.stat_result:
+        st = real_lstat(path, **kwargs)
+        if not made and path == os.fsencode(leaf):
+            (leaf / "late").mkdir()
+            made.append(leaf / "late")
+        return st
+
+    monkeypatch.setattr(os, "lstat", lstat_then_mkdir)
+    monitor = WorkspaceMonitor(ws, state_dir)
+    monitor.start()
+    try:
+        assert monitor.wait_ready(30)
+        monkeypatch.setattr(os, "lstat", real_lstat)
+        assert made
+        monitor.flush()  # the mkdir's event is handled (and its watch added) by now
+        effects = run(monitor, "printf blob > .git/objects/ab/late/object")
+        assert summary(effects) == [("modified", ".git/")] and not effects.from_rescan
+    finally:
+        monitor.stop()
+
+
+def test_counting_devices_reads_the_mount_table(tmp_path: Path) -> None:
+    mountinfo = tmp_path / "mountinfo"
+    mountinfo.write_text(
+        "27 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw\n"
+        "30 25 0:27 / /dev/shm rw,relatime - tmpfs tmpfs rw\n"
+        "40 27 0:45 / /srv/a\\040b rw master:3 shared:9 - xfs /dev/vdb rw\n"
+        "41 27 0:46 / /var/lib/docker/x rw - overlay overlay rw,lowerdir=/a\n"
+        "42 27 0:47 / /home rw - btrfs /dev/vdc rw\n"
+        "43 27 0:48 / /mnt rw - cifs //server/share rw\n"
+        "garbage line\n"
+    )
+    assert observer.counting_devices(str(mountinfo)) == {
+        os.makedev(254, 0),
+        os.makedev(0, 27),
+        os.makedev(0, 45),
+    }
+    assert observer.counting_devices(str(tmp_path / "missing")) == frozenset()
 
 
 def test_a_file_created_right_after_its_directory_is_listed_is_not_lost(

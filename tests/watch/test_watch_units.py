@@ -273,3 +273,23 @@ def test_a_commits_file_events_are_dropped_up_to_the_next_cookie_made(
         assert feed(b, moved, b) == [moved, b]
     assert feed(b, InotifyEvent(-1, InotifyConstants.IN_Q_OVERFLOW, 0, b""), b) == [b]
     assert overflows == [True]
+
+
+def test_stat_scan_finds_a_deletion_behind_as_many_new_files(tmp_path: Path) -> None:
+    """The walk sees as many files as the index holds, yet one of them is gone: the new
+    file must not stand in for it."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    for name in ("a", "b", "c"):
+        (ws / name).write_bytes(name.encode())
+    index = HashIndex(tmp_path / "i.sqlite", ws)
+    index.update(stat_scan(index, str(ws), PathFilter(())))
+    assert sorted(index) == ["a", "b", "c"]
+    assert stat_scan(index, str(ws), PathFilter(())) == {}
+    (ws / "b").unlink()
+    (ws / "d").write_bytes(b"d")
+    changes = stat_scan(index, str(ws), PathFilter(()))
+    assert set(changes) == {"b", "d"} and changes["b"] is None
+    added = changes["d"]
+    assert added is not None and added.hash == sha(b"d")
+    index.close()

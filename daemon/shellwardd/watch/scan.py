@@ -14,7 +14,8 @@ over every entry through ``map``), not an entry at a time through ``os.scandir``
 calls themselves are most of what is left (0.18-0.20 s). Threads do not help on 2
 cores: 100k lstats took 0.18 s on one thread and 0.20-0.22 s on 2-4 (the GIL changes
 hands at every call). Neither does a walker in native code (``scandir-rs`` with full
-stats: 0.32 s, and its times are float seconds, too coarse to compare), nor ``lstat``
+stats: 0.32 s; its times are float seconds, too coarse to compare, and its ``ctime``
+is the birth time, not the inode change time the stat rule needs), nor ``lstat``
 relative to a directory descriptor (within noise).
 """
 
@@ -120,6 +121,11 @@ def walk_dirs(
         except (FileNotFoundError, NotADirectoryError):
             paths, sts = _lstat_each(base, paths, names)
         kinds = list(map(stat.S_IFMT, map(_MODE, sts)))
+        if kinds.count(stat.S_IFREG) == len(kinds):
+            # Only regular files, as in most directories: nothing to sort out (4-10% of the
+            # walk's CPU time at 100k files).
+            yield paths, sts
+            continue
         stack.extend(compress(paths, map(stat.S_IFDIR.__eq__, kinds)))
         files = list(map(_FILE_KINDS.__contains__, kinds))
         yield list(compress(paths, files)), list(compress(sts, files))
@@ -247,8 +253,11 @@ def stat_scan(
     for (path, _), new in zip(stale, probe_many(root, stale, stamp, advance), strict=True):
         if new != index.get(path):
             changes[path] = new
-    for path in set(index.under(start) if start else index).difference(seen):
-        changes[path] = None
+    # Whether every indexed path was seen is a look-up per path, in C and without building
+    # a set: 4-6 ms at 100k files, where the set difference below takes 14-17 ms.
+    if start or not seen.issuperset(index):
+        for path in set(index.under(start) if start else index).difference(seen):
+            changes[path] = None
     if start and start not in seen and start in index:
         changes[start] = None
     return changes
