@@ -29,14 +29,11 @@ from shellward.types import (
 )
 from shellwardd.calls import Silent
 from shellwardd.config import Config, load_config
-from shellwardd.errors import InvalidArgument, WatchError
+from shellwardd.errors import InvalidArgument
 from shellwardd.ledger import SqliteLedger
 from shellwardd.requests import CommandRequest
 from shellwardd.runtime import Runtime
 from shellwardd.sandbox import ProcessOutcome, Sandbox, SandboxSpec
-from shellwardd.staging.area import StagingArea
-from shellwardd.staging.blobs import BlobStore
-from shellwardd.staging.stager import Stager
 from shellwardd.watch import WorkspaceMonitor
 
 NO_OUTPUT = CapturedOutput(b"", 0, False, "")
@@ -152,36 +149,6 @@ def test_a_failed_index_ends_the_recorded_call(setup: Setup, tmp_path: Path) -> 
     row = setup.ledger.get(result.call_id)
     assert row is not None and row.status is CallStatus.FAILED
     assert setup.sandbox.ran == []
-
-
-def test_an_index_failing_after_the_started_commit_ends_the_staged_call_unrun(
-    setup: Setup, monitor: WorkspaceMonitor, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A staged call's view is waited for after its ``started`` commit (the two overlap):
-    an index that fails in between ends the call failed, nothing ran, nothing stays taken."""
-    state = setup.config.state_dir
-    stager = Stager(StagingArea(state / "staging"), BlobStore(state / "blobs"), setup.ledger, None)
-    sandbox: Sandbox = setup.sandbox  # type: ignore[assignment]
-    runtime = Runtime(setup.config, setup.ledger, writes, sandbox, {setup.workspace: monitor},
-                      stager=stager)  # fmt: skip
-
-    def fail(call: object) -> None:
-        raise WatchError("the index failed (test)")
-
-    monkeypatch.setattr(monitor, "_flush_external", fail)
-    result = runtime.run_command(CommandRequest("echo x"), Silent())
-    assert (result.ok, result.code, result.status) == (False, Code.UNAVAILABLE, CallStatus.FAILED)
-    assert "nothing ran" in result.content and "the index failed (test)" in result.content
-    assert [t.status for t in setup.ledger.transitions(result.call_id)] == [
-        CallStatus.PLANNED, CallStatus.STARTED, CallStatus.FAILED,
-    ]  # fmt: skip
-    assert setup.sandbox.ran == []
-    assert not (state / "staging" / result.call_id).exists()
-    assert monitor._cookies == {}
-    monkeypatch.undo()
-    again = runtime.run_command(CommandRequest("echo y", timeout_seconds=3), Silent())
-    assert again.ok, again.content
-    assert setup.sandbox.ran == ["echo y"]
 
 
 def test_a_failed_final_record_answers_what_the_row_says(

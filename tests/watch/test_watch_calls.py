@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 from pathlib import Path
@@ -12,7 +11,6 @@ import pytest
 from shellward.types import EffectKind, FileEffect
 from shellwardd.watch import WorkspaceMonitor
 from shellwardd.watch.hashing import DIR_HASH
-from shellwardd.watch.paths import COOKIE_DIR
 
 from .conftest import fill, run, sha, summary
 
@@ -317,37 +315,3 @@ def test_directory_effects_after_lost_events(monitor: WorkspaceMonitor, ws: Path
     effects = monitor.finish_call(watch)
     assert effects.from_rescan
     assert [(e.kind, e.path) for e in effects.effects] == [(EffectKind.CREATED, "made/")]
-
-
-def test_a_staged_view_holds_from_its_wait_not_from_its_start(
-    monitor: WorkspaceMonitor, ws: Path
-) -> None:
-    """The lifecycle starts a staged view, commits ``started``, then waits for the view:
-    an edit made in between (before the command runs) is part of the state the call began
-    with; one made after the wait is not."""
-    (ws / "a.txt").write_bytes(b"first")
-    monitor.flush()
-    view = monitor.start_staged(timeout=30)
-    try:
-        (ws / "a.txt").write_bytes(b"before the command")
-        view.wait()
-        (ws / "a.txt").write_bytes(b"during the command")
-        monitor.flush()
-        before = view.file("a.txt")
-        expected = hashlib.sha256(b"before the command").digest()
-        assert before is not None and before.digest == expected
-    finally:
-        view.close()
-
-
-def test_a_staged_view_closed_before_its_wait_leaves_no_cookie(
-    monitor: WorkspaceMonitor, ws: Path
-) -> None:
-    """A call that stops between its view's start and wait (its ``started`` commit failed,
-    it was cancelled) drops the view's cookie: nothing left in the workspace or waiting."""
-    view = monitor.start_staged(timeout=30)
-    view.close()
-    view.wait()  # a no-op once closed: it never holds
-    assert [name for name in os.listdir(ws / COOKIE_DIR) if name.startswith("open-")] == []
-    assert monitor._cookies == {}
-    assert run(monitor, "printf x > after.txt").effects[0].path == "after.txt"

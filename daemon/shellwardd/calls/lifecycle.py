@@ -285,11 +285,6 @@ class _Staged:
     def previewed(self) -> bool:
         return self._view is None
 
-    def wait(self) -> None:
-        """Wait until the view holds (its barrier): before the command starts."""
-        if self._view is not None:
-            self._view.wait()
-
     def settle(self, final: LedgerEntry) -> LedgerEntry:
         self._settled = True  # whatever happens now, the commit journal or settle decides
         return self._keep(self._stager.settle(final, self._dirs, self._view, self._monitor))
@@ -506,9 +501,7 @@ class Lifecycle:
                 if self._stager.has_preview(entry.call_id):  # approved: commit its result
                     dirs = self._stager.area.dirs(entry.call_id)
                     return _Staged(self._stager, monitor, None, dirs)
-                # Its barrier is waited for in _execute: the started commit's fsync and
-                # the observer's handling of the cookie overlap.
-                view = monitor.start_staged(timeout=timeout)
+                view = monitor.begin_staged(timeout=timeout)
                 taken.callback(view.close)
                 dirs = self._stager.area.create(
                     entry.call_id, Path(entry.workspace), self._stager.sandbox_owner
@@ -553,14 +546,6 @@ class Lifecycle:
             except Exception:
                 log.exception("the preview's commit failed", extra={"call_id": started.call_id})
                 return outcomes.commit_failed(outcomes.crashed(started, time.time()))
-        if isinstance(window, _Staged):
-            try:
-                window.wait()
-            except Exception as exc:  # the index failed since the window opened: nothing ran
-                log.exception("workspace cannot be watched", extra={"call_id": started.call_id})
-                problem = exc.message if isinstance(exc, ShellwardError) else str(exc)
-                error = Unavailable(outcomes.unwatchable(started, problem))
-                return outcomes.not_started(started, error, time.time())
         try:
             final = execution.work(started, cancel, listener)
         except Exception:

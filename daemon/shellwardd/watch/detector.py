@@ -52,9 +52,7 @@ Choices, and why:
   the workspace as it was when they began: :meth:`~WorkspaceMonitor.begin_staged` opens a
   :class:`StagedView`, and every later index update first saves the entries it replaces
   there (copy on write: the cost grows with what changes during the call, not with the
-  workspace). :meth:`~WorkspaceMonitor.start_staged` writes the view's cookie and
-  :meth:`StagedView.wait` waits for it, so that the caller's ``started`` commit (an
-  fsync) and the observer's handling of the cookie overlap; the command starts after both.
+  workspace).
 - **Commits** (a staged call's files moved into the workspace by a rename, in an
   exclusive window) need not be read again when the window closes: ``finish_call(
   written=...)`` takes each such file's entry as it was hashed in the upper layer, when
@@ -184,34 +182,15 @@ class _Cookie:
     arrived: threading.Event
     call: _Call | None
     opening: bool
-    name: str = ""
-    overflows: int = 0  # the monitor's count when the cookie was written
-    written: bool = False  # False: no observer, or the cookie could not be written
 
 
 class StagedView:
-    """The workspace as it was when a staged call began (see "Staged calls" above).
+    """The workspace as it was when a staged call began (see "Staged calls" above)."""
 
-    Made by :meth:`WorkspaceMonitor.start_staged` with its opening cookie written, it holds
-    once :meth:`wait` has returned (the cookie's event handled, the edits before it
-    applied): the caller does meanwhile what need not wait for the observer."""
-
-    def __init__(self, monitor: WorkspaceMonitor, cookie: _Cookie) -> None:
+    def __init__(self, monitor: WorkspaceMonitor) -> None:
         self._monitor = monitor
-        self._cookie: _Cookie | None = cookie
         # path → its entry when the call began, for paths the index changed since.
         self.saved: dict[str, IndexEntry | None] = {}
-
-    def wait(self) -> None:
-        """Wait for the opening barrier; the view holds from then on (a no-op after)."""
-        cookie, self._cookie = self._cookie, None
-        if cookie is None:
-            return
-        monitor = self._monitor
-        monitor._await_cookie(cookie)
-        with monitor._index_lock:
-            monitor._flush_external(None)
-            monitor._staged.add(self)
 
     def file(self, path: str) -> IndexEntry | None:
         with self._monitor._index_lock:
@@ -232,9 +211,6 @@ class StagedView:
         return self._monitor._filter.classify(path)
 
     def close(self) -> None:
-        cookie, self._cookie = self._cookie, None
-        if cookie is not None:  # never waited for: its cookie is dropped
-            self._monitor._drop_cookie(cookie)
         with self._monitor._index_lock:
             self._monitor._staged.discard(self)
 
@@ -383,21 +359,18 @@ class WorkspaceMonitor:
     def begin_staged(self, timeout: float | None = None) -> StagedView:
         """The view of a staged call (see "Staged calls"); the command may start once this
         returns. Waits for the index like :meth:`begin_call`, but for no gate."""
-        view = self.start_staged(timeout)
-        view.wait()
-        return view
-
-    def start_staged(self, timeout: float | None = None) -> StagedView:
-        """:meth:`begin_staged` up to its barrier's cookie: the command may start once the
-        view's :meth:`~StagedView.wait` returns (until then, :meth:`~StagedView.close`
-        drops it). Raises here, before any cookie, if the index is not ready."""
         if not self.wait_ready(timeout):
             p = self.progress()
             raise IndexNotReady(
                 f"{self._root}: still indexing ({p.files_done:,} / {p.files_total:,} files)"
             )
         self._require_ready()
-        return StagedView(self, self._send_cookie(None, opening=True))
+        self._barrier(None, opening=True)
+        view = StagedView(self)
+        with self._index_lock:
+            self._flush_external(None)
+            self._staged.add(view)
+        return view
 
     def finish_call(
         self, watch: CallWatch, written: Mapping[str, IndexEntry] | None = None
@@ -502,43 +475,28 @@ class WorkspaceMonitor:
         With ``call``, the observer thread opens or closes the call's window when it
         handles the cookie, in event order.
         """
-        return self._await_cookie(self._send_cookie(call, opening=opening))
-
-    def _send_cookie(self, call: _Call | None, *, opening: bool) -> _Cookie:
-        """The first half of a barrier: the cookie registered and written."""
         name = f"{'open' if opening else 'close'}-{secrets.token_hex(8)}"
-        cookie = _Cookie(threading.Event(), call, opening, name)
+        cookie = _Cookie(threading.Event(), call, opening)
         with self._lock:
             self._cookies[name] = cookie
-            cookie.overflows = self._overflows
+            overflows = self._overflows
         made = self._write_cookie(name) if self._observer is not None else None
         if made is not None:
-            cookie.written = True
             if opening and call is not None:
                 call.opened = stamp_of(made)
-        return cookie
-
-    def _await_cookie(self, cookie: _Cookie) -> bool:
-        """The second half: wait for the cookie's event, then remove it."""
-        if cookie.written:
             deadline = time.monotonic() + self._barrier_timeout
             # Wake up now and then: an overflow may have dropped the cookie itself.
             while not cookie.arrived.wait(0.05):
-                if time.monotonic() > deadline or self._overflows != cookie.overflows:
+                if time.monotonic() > deadline or self._overflows != overflows:
                     break
-        return self._drop_cookie(cookie)
-
-    def _drop_cookie(self, cookie: _Cookie) -> bool:
-        """Remove a cookie, waited for or not; True if its event was handled."""
-        if cookie.written:
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(self._cookie_dir / cookie.name)
+                os.unlink(self._cookie_dir / name)
         with self._lock:
-            if self._cookies.pop(cookie.name, None) is None:
+            if self._cookies.pop(name, None) is None:
                 return True
-            if cookie.call is not None:
-                cookie.call.lost = True
-                self._switch(cookie.call, opening=cookie.opening)
+            if call is not None:
+                call.lost = True
+                self._switch(call, opening=opening)
         return False
 
     def _write_cookie(self, name: str) -> os.stat_result | None:
