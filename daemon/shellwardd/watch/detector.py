@@ -502,7 +502,7 @@ class WorkspaceMonitor:
     def _write_cookie(self, name: str) -> os.stat_result | None:
         """Create the cookie, and return its stat. Made by ``mknod``, not opened for
         writing: its one event is the create (a close after writing would be a second,
-        handled by the observer's three threads for nothing)."""
+        passed through the observer's threads for nothing)."""
         path = self._cookie_dir / name
         for _ in range(2):
             try:
