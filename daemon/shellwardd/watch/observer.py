@@ -1,6 +1,6 @@
 """A watchdog (inotify) observer over one workspace that reports dirty paths.
 
-Three things watchdog does not do for us are done here:
+What watchdog does not do for us is done here:
 
 - An explicit ``event_filter``. Watchdog's default mask includes open and close-nowrite
   events; on a tree of ~5,000 directories its own walk then overflows the inotify queue
@@ -19,7 +19,8 @@ Three things watchdog does not do for us are done here:
 - One thread less per event. Watchdog's emitter queues each event for the observer's
   thread, which hands it to the handler; here the emitter hands it to the handler itself
   (in the same order: one emitter per observer). A barrier's cookie waits behind every
-  hop of every event before it; its CPU per event is about half (docs/performance.md).
+  hop of every event before it, and the observer's threads spend a third to a half less
+  CPU per barrier (docs/performance.md).
 - Running out of watches. Watchdog swallows the ENOSPC of every watch below the root
   (a directory left unwatched without a word); ``add_callback`` is wrapped to see it.
 - A second walk of the tree. Watchdog walks the whole tree to add its watches, before
