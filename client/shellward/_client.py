@@ -12,6 +12,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 import grpc
+from grpc.experimental import ChannelOptions
 
 from shellward import _requests as calls
 from shellward import _wire
@@ -42,7 +43,11 @@ class Client(BaseClient):
     """
 
     def _open_channel(self, target: str) -> grpc.Channel:
-        return grpc.insecure_channel(target, options=_wire.channel_options())
+        # A stream's events are read on the caller's thread: without this, grpc starts a
+        # thread to read them whenever no other call is in flight on the channel (every
+        # RunCommand of a client that runs one at a time), and hands each event over.
+        single_thread = (ChannelOptions.SingleThreadedUnaryStream, 1)
+        return grpc.insecure_channel(target, options=[*_wire.channel_options(), single_thread])
 
     def close(self) -> None:
         self._channel.close()

@@ -60,12 +60,16 @@ def test_output_streams_while_the_command_runs(
     # without live streaming it would run into its timeout. (Outside the workspace: a
     # command may not see a file created in the workspace during its call.)
     command = f"echo ready; while [ ! -f {host_dir}/go ]; do sleep 0.05; done; echo finished"
+    threads = set(threading.enumerate())
     events = client.stream_command(command, cwd=workspace, timeout=20)
     first = next(events)
     assert isinstance(first, CallAccepted) and first.call_id
     chunk = next(events)
     assert isinstance(chunk, OutputChunk) and chunk.data == b"ready\n"
     assert chunk.stream is Stream.STDOUT
+    # The events are read on this thread: grpc starts no thread of its own to read them
+    # (the client's channel is single-threaded for streams).
+    assert set(threading.enumerate()) <= threads
     (host_dir / "go").write_text("")
     rest = list(events)
     result = rest[-1]

@@ -597,3 +597,58 @@ def test_a_file_created_right_after_its_directory_is_listed_is_not_lost(
         assert index_state(monitor) == disk_state(ws)
     finally:
         monitor.stop()
+
+
+class _RecordingSink:
+    """An observer sink that records what it is told, in order, and on which thread."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+        self.threads: set[str] = set()
+        self.cookie = threading.Event()
+
+    def on_dirty(self, path: str, is_dir: bool) -> None:
+        self.seen.append(path)
+        self.threads.add(threading.current_thread().name)
+
+    def on_git_write(self, marker: str, self_event: str) -> None:
+        self.seen.append(marker)
+
+    def on_cookie(self, name: str) -> None:
+        self.seen.append(f"cookie:{name}")
+        self.cookie.set()
+
+    def on_overflow(self) -> None:
+        self.seen.append("overflow")
+
+    def on_watch_limit(self) -> None:
+        self.seen.append("watch limit")
+
+
+def test_the_observer_hands_events_over_in_their_order_without_its_queue(ws: Path) -> None:
+    """Events reach the sink from the emitter's thread, in the order they happened (a
+    barrier's cookie comes after every event before it), and only the asked-for kinds: the
+    observer's own queue and thread are not used."""
+    from shellwardd.watch.observer import WorkspaceObserver
+    from shellwardd.watch.paths import COOKIE_DIR
+
+    (ws / COOKIE_DIR).mkdir(parents=True)
+    sink = _RecordingSink()
+    observer = WorkspaceObserver(ws, PathFilter(), sink)
+    observer.start()
+    try:
+        names = [f"f{i:02d}" for i in range(30)]
+        for name in names:
+            (ws / name).write_bytes(b"x")
+        os.mknod(ws / COOKIE_DIR / "open-1", 0o100600)
+        assert sink.cookie.wait(10)
+        assert observer._observer.event_queue.empty()
+    finally:
+        observer.stop()
+    cookie_at = sink.seen.index("cookie:open-1")
+    before = sink.seen[:cookie_at]
+    # Each file: its create, then its close after writing (a directory's own modify
+    # event, which watchdog adds, is not asked for).
+    assert list(dict.fromkeys(before)) == names
+    assert "" not in before
+    assert len(sink.threads) == 1 and not sink.threads & {observer._observer.name}

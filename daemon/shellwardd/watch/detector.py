@@ -79,6 +79,7 @@ import contextlib
 import itertools
 import os
 import secrets
+import stat
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -525,12 +526,20 @@ class WorkspaceMonitor:
         return False
 
     def _write_cookie(self, name: str) -> os.stat_result | None:
+        """Create the cookie, and return its stat. Made by ``mknod``, not opened for
+        writing: its one event is the create (a close after writing would be a second,
+        passed through the observer's threads for nothing)."""
+        path = self._cookie_dir / name
         for _ in range(2):
             try:
-                fd = os.open(self._cookie_dir / name, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+                os.mknod(path, stat.S_IFREG | 0o600)  # fails if the name exists, like O_EXCL
             except FileNotFoundError:
                 self._ensure_cookie_dir()  # a command removed it (e.g. `git clean -fdx`)
                 continue
+            except OSError:
+                return None
+            try:  # read-only (no close-write event), never through a symlink put in its place
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
             except OSError:
                 return None
             try:
