@@ -62,6 +62,7 @@ from shellwardd.errors import InvalidArgument, ShellwardError, Unauthenticated, 
 from shellwardd.requests import CommandRequest, ToolRequest
 from shellwardd.rulecheck import check_rule_files
 from shellwardd.runtime import Runtime
+from shellwardd.workers import ReusedThreads
 
 log = logging.getLogger("shellwardd.server")
 
@@ -365,36 +366,8 @@ def _stream(
             )
 
 
-class _CallThreads:
-    """Runs each streamed call's action on a thread of its own, reusing the threads of
-    actions that ended. A new thread costs its start and a handshake with the RPC's thread
-    (Thread.start waits for it): 0.15-0.45 ms of CPU per call in a bare gRPC server
-    (docs/performance.md). Never a wait: a job
-    with no idle thread starts one; threads stay, idle, as many as calls once ran at
-    once (daemon threads, as before: one still running never holds up the exit)."""
-
-    def __init__(self) -> None:
-        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._idle = 0
-
-    def run(self, job: Callable[[], None]) -> None:
-        with self._lock:
-            start = self._idle == 0
-            if not start:
-                self._idle -= 1  # that thread takes this job (or another: all are alike)
-        self._jobs.put(job)
-        if start:
-            threading.Thread(target=self._serve, name="call", daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            self._jobs.get()()
-            with self._lock:
-                self._idle += 1
-
-
-_CALL_THREADS = _CallThreads()
+# The streamed calls' threads, kept a minute for the next call (see shellwardd.workers).
+_CALL_THREADS = ReusedThreads("call", 60.0)
 
 
 class _QueueListener:

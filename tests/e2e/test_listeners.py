@@ -1,19 +1,16 @@
-"""The listeners: a taken TCP port refuses a second daemon (no SO_REUSEPORT sharing),
-server reflection answers under grpc.reflection.v1 as well as v1alpha, and streamed calls
-run on threads that are reused but never waited for."""
+"""The listeners: a taken TCP port refuses a second daemon (no SO_REUSEPORT sharing), and
+server reflection answers under grpc.reflection.v1 as well as v1alpha."""
 
 from __future__ import annotations
 
 import signal
-import threading
 from pathlib import Path
 
 import grpc
 import pytest
 from grpc_reflection.v1alpha import reflection_pb2
 
-from shellwardd.server import _CallThreads
-from tests.helpers import Daemon, start_daemon, wait_for
+from tests.helpers import Daemon, start_daemon
 
 
 def test_a_second_daemon_on_a_taken_tcp_port_refuses_to_start(
@@ -53,29 +50,3 @@ def test_reflection_lists_and_describes_the_service(daemon: Daemon, version: str
     names = {s.name for s in listed.list_services_response.service}
     assert {"shellward.v1.Shellward", "grpc.reflection.v1.ServerReflection"} <= names
     assert described.file_descriptor_response.file_descriptor_proto
-
-
-def test_a_streamed_call_never_waits_for_a_thread_and_ended_ones_are_reused() -> None:
-    threads = _CallThreads()
-    release = threading.Event()
-    ran: list[threading.Thread] = []
-    both = threading.Barrier(3, timeout=10)
-
-    def blocking() -> None:
-        ran.append(threading.current_thread())
-        both.wait()  # two jobs run at once: the second did not wait for the first
-        release.wait(10)
-
-    threads.run(blocking)
-    threads.run(blocking)
-    both.wait()
-    release.set()
-    wait_for(lambda: threads._idle == 2)
-    before = threading.active_count()
-    done = threading.Event()
-    again: list[threading.Thread] = []
-    threads.run(lambda: (again.append(threading.current_thread()), done.set()))
-    assert done.wait(10)
-    assert len(set(ran)) == 2 and again[0] in ran  # an ended call's thread took it
-    assert threading.active_count() == before
-    assert all(t.daemon for t in ran)  # a call still running never holds up the exit

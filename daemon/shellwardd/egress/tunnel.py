@@ -56,7 +56,7 @@ Choices, and why:
 - **Each thread works on duplicates of the two descriptors** and closes them itself as
   it ends: the proxy may close its own sockets at any time without a thread ever
   splicing into a descriptor number that was closed and reused.
-- **Threads are kept for the next tunnel** (:class:`_Workers`): one that has finished
+- **Threads are kept for the next tunnel** (:mod:`shellwardd.workers`): one that has finished
   its copy waits up to :data:`_IDLE_SECONDS` for another, instead of a thread started and
   ended per direction and connection. Starting one blocks the event loop until it runs
   (about 50 µs each, two per tunnel, more on a busy machine), which every HTTPS
@@ -72,10 +72,9 @@ import asyncio
 import contextlib
 import fcntl
 import os
-import queue
 import socket
-import threading
-from collections.abc import Callable
+
+from shellwardd.workers import ReusedThreads
 
 # What a direction's pipe grows to in a transfer in bulk (the default pipe-max-size): one
 # splice moves up to this much.
@@ -84,7 +83,6 @@ _PIPE_SIZE = 1 << 20
 _BULK = 1 << 18
 # How long a thread whose tunnel has ended waits for the next one before it ends.
 _IDLE_SECONDS = 60.0
-_BUSY, _IDLE = "egress-tunnel", "egress-tunnel (idle)"
 # The congestion control of the command's loopback leg.
 _CLIENT_CONGESTION = b"reno"
 
@@ -151,52 +149,7 @@ def _start(
     return done
 
 
-class _Workers:
-    """Threads that run one job each at a time, kept a while for the next job."""
-
-    def __init__(self, idle_seconds: float) -> None:
-        self._idle_seconds = idle_seconds
-        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        # Waiting threads that no job has been promised to.
-        self._idle = 0
-
-    def run(self, job: Callable[[], None]) -> None:
-        """Run ``job`` at once: in a waiting thread, or in a new one if none waits."""
-        with self._lock:
-            if self._idle:
-                self._idle -= 1
-                self._jobs.put(job)
-                return
-        threading.Thread(target=self._work, args=(job,), name=_BUSY, daemon=True).start()
-
-    def _work(self, job: Callable[[], None]) -> None:
-        thread = threading.current_thread()
-        while True:
-            job()
-            thread.name = _IDLE
-            with self._lock:
-                self._idle += 1
-            next_job = self._next()
-            if next_job is None:
-                return
-            thread.name = _BUSY
-            job = next_job
-
-    def _next(self) -> Callable[[], None] | None:
-        """The next job, or None once this thread may end."""
-        while True:
-            try:
-                return self._jobs.get(timeout=self._idle_seconds)
-            except queue.Empty:
-                with self._lock:
-                    if self._idle:  # no job is promised to the waiting threads: go
-                        self._idle -= 1
-                        return None
-                # One was promised as this thread gave up waiting: it is in the queue.
-
-
-_workers = _Workers(_IDLE_SECONDS)
+_workers = ReusedThreads("egress-tunnel", _IDLE_SECONDS)
 
 
 def _settle(done: asyncio.Future[None]) -> None:
