@@ -538,14 +538,10 @@ class WorkspaceMonitor:
                 continue
             except OSError:
                 return None
-            try:  # read-only (no close-write event), never through a symlink put in its place
-                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            try:  # not opened (no event), never through a symlink put in its place
+                return os.lstat(path)
             except OSError:
                 return None
-            try:
-                return os.fstat(fd)
-            finally:
-                os.close(fd)
         return None
 
     def _ensure_cookie_dir(self) -> None:
