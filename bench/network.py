@@ -159,6 +159,11 @@ class Turns:
                 return {"kind": "end"}
             return self._schedule[self._index][1]
 
+    def spent(self, tag: str, cpu: float) -> None:
+        """The server's sending thread spent ``cpu`` seconds on the download ``tag``."""
+        with self._changed:
+            self.server_cpu[tag] = cpu
+
     def stats(self) -> dict[str, object]:
         with self._changed:
             return {"results": self.results, "server_cpu": self.server_cpu}
@@ -195,8 +200,7 @@ def handler(turns: Turns) -> type[http.server.BaseHTTPRequestHandler]:
                 cpu = time.thread_time()
                 for _ in range(megabytes):
                     self.wfile.write(CHUNK)
-                with turns._changed:
-                    turns.server_cpu[query["tag"]] = time.thread_time() - cpu
+                turns.spent(query["tag"], time.thread_time() - cpu)
                 return
             body = json.dumps(turns.stats()).encode() if url.path == "/stats" else b"ok"
             self.answer(body)
